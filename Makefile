@@ -1,0 +1,26 @@
+# The two commands the README starts with: `make sweep` and `make test`.
+# Each sets up .venv with pip when it is missing or stale, then runs.
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Tests run in parallel; server tests share one xdist group so real vLLM servers never overlap.
+PYTEST_WORKERS ?= 2
+
+.PHONY: setup fixtures sweep test race clean-venv
+
+setup:
+	@VENV=$(VENV) scripts/setup-venv.sh
+
+fixtures: setup
+	@$(BIN)/pdcheck fixtures tiny-models
+
+sweep: fixtures
+	$(BIN)/pdcheck sweep $(SWEEP)
+
+test: fixtures
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
+
+race: setup
+	$(BIN)/pdcheck race
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,47 @@
+"""`pdcheck doctor`: the environment pdcheck sees, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.table import Table
+
+from pdcheck.cli._common import console
+from pdcheck.serving.environment import collect_environment
+
+
+def _fix(value: bool | None) -> str:
+    return {True: "present", False: "ABSENT", None: "unknown"}[value]
+
+
+@click.command()
+@click.option("--python", "python", default=None, help="Interpreter whose vLLM to inspect (default: this one).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def doctor(python: str | None, as_json: bool) -> None:
+    """Report python, pdcheck, vLLM (build, version, commit), nixl, GPUs, memory and race fixes."""
+    env = collect_environment(python)
+    if as_json:
+        click.echo(json.dumps(env, indent=2))
+        return
+    v = env["vllm"]
+    table = Table(title="pdcheck doctor", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("pdcheck", env["pdcheck_version"])
+    table.add_row("python", f"{v['python_version']} ({v['python']})")
+    if v["vllm_version"]:
+        table.add_row("vLLM", f"{v['vllm_version']} [{v['build']} build, {v['vllm_dist']}] at {v['vllm_path']}")
+        table.add_row("vLLM commit", v["vllm_commit"] or "unknown (release wheel)")
+    else:
+        table.add_row("vLLM", "not installed for this python" + (f": {v['error']}" if v.get("error") else ""))
+    table.add_row("nixl", v["nixl_version"] or "not installed")
+    gpus = env["gpus"]
+    table.add_row("GPUs", f"{len(gpus['devices'])} ({gpus['source']})" + "".join(
+        f"\n  {g['index']}: {g['name']}" for g in gpus["devices"]))
+    mem = env["free_memory_bytes"]
+    table.add_row("free memory", f"{mem / 2**30:.1f} GiB" if mem else "unknown")
+    table.add_row("CPUs", str(env["cpu_count"]))
+    for name, present in v["fixes"].items():
+        table.add_row(f"fix: {name}", _fix(present))
+    console.print(table)

@@ -1,0 +1,5 @@
+"""`pdcheck sweep`."""
+
+from pdcheck.cli._common import not_built
+
+sweep = not_built("sweep", "Sweep engine")

@@ -1,0 +1,103 @@
+"""Load a sweep file: YAML in, a validated `SweepSpec` out, or an error naming file, line and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from pdcheck.config.schema import SweepSpec
+from pdcheck.errors import SweepFileError
+
+# The sweeps shipped with pdcheck, by bare name (`pdcheck sweep cpu-smoke`).
+SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
+
+
+def resolve_sweep_path(name_or_path: str | Path) -> Path:
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    shipped = SWEEPS_DIR / f"{name_or_path}.yaml"
+    if shipped.exists():
+        return shipped
+    available = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")) if SWEEPS_DIR.is_dir() else []
+    raise SweepFileError(
+        f"no such sweep file; shipped sweeps: {', '.join(available) or 'none'}", path=str(name_or_path)
+    )
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    path = resolve_sweep_path(path)
+    text = path.read_text()
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SweepFileError(f"YAML syntax error: {problem}", path=str(path), line=line) from None
+    if not isinstance(data, dict):
+        raise SweepFileError("a sweep file must be a mapping at the top level", path=str(path), line=1)
+    return parse_sweep(data, source=str(path), node=node)
+
+
+def parse_sweep(data: dict[str, Any], *, source: str = "<sweep>", node: yaml.Node | None = None) -> SweepSpec:
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = _clean_loc(err["loc"])
+        key = ".".join(str(p) for p in loc) or None
+        line = _line_of(node, loc) if node is not None else None
+        more = len(exc.errors()) - 1
+        msg = _explain(err)
+        if more:
+            msg += f" (and {more} more error{'s' if more > 1 else ''})"
+        raise SweepFileError(msg, path=source, line=line, key=key) from None
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    # pydantic adds union-branch names such as "str" or "ArmSpec" to the path; keep real keys.
+    branch_names = {"str", "ArmSpec", "int", "bool", "none", "float", "dict[str,str]", "function-after[_one_launcher(), EnvironmentSpec]"}
+    return tuple(p for p in loc if not (isinstance(p, str) and (p in branch_names or "[" in p)))
+
+
+def _explain(err: dict) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return "unknown key; check the spelling against the sweep schema (docs/sweep-files.md)"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "literal_error":
+        return f"invalid value {err.get('input')!r}; {err['msg'].lower()}"
+    if kind in ("greater_than", "greater_than_equal") and err.get("ctx", {}).get("gt") == 0:
+        return f"must be a positive integer, got {err.get('input')!r}"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return f"{msg} (got {err.get('input')!r})"
+
+
+def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
+    """Walk the composed YAML tree along the error path; return the deepest line found (1-based)."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = None
+            for k, v in node.value:
+                if k.value == str(part):
+                    nxt = v
+                    line = k.start_mark.line + 1
+                    break
+            if nxt is None:
+                return line
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line

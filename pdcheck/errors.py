@@ -1,0 +1,154 @@
+"""pdcheck's exceptions and exit codes, in one place.
+
+Hierarchy (what callers catch is a base class)::
+
+    PdcheckError                      exit 2 unless a subclass says otherwise
+    ├── ConfigError                   exit 3: a sweep file or option is wrong; nothing started
+    │   └── SweepFileError            with file, line and dotted key path
+    ├── DatasetError                  exit 2: GSM8K could not be loaded; says how to provide it
+    ├── InfraError                    exit 2: the machinery failed, not the model
+    │   ├── ServerCrashed             a server process exited before or while serving
+    │   ├── ServerStartTimeout        a server never answered /health in time
+    │   ├── PortUnavailable           a port we need is taken
+    │   ├── GpuInventoryError         the topology needs more GPUs than there are
+    │   └── NoKvTransferred           a PD run whose decoder received no KV: PD was bypassed
+    ├── VllmIncompatible              exit 2: the installed vLLM lacks internals pdcheck needs
+    ├── HarnessError                  exit 2: the race harness could not run
+    └── BisectError                   exit 2: bisect input is wrong (not a repo, bad refs, dirty tree)
+
+A verdict (PASS, REGRESSION, ...) is a result, not an exception; the CLI maps verdicts to
+exit codes through :class:`ExitCode`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "BisectError",
+    "ConfigError",
+    "DatasetError",
+    "ExitCode",
+    "GpuInventoryError",
+    "HarnessError",
+    "InfraError",
+    "NoKvTransferred",
+    "PdcheckError",
+    "PortUnavailable",
+    "ServerCrashed",
+    "ServerStartTimeout",
+    "SweepFileError",
+    "VllmIncompatible",
+]
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes, shared by every command (documented in `pdcheck --help`)."""
+
+    OK = 0  # all pass (canaries flagged), harness clean, bisect "good"
+    FAILED = 1  # REGRESSION/SUSPECT, an unflagged canary, race findings, bisect "bad"
+    INFRA = 2  # INFRA-ERROR, crashed servers, no KV transferred, harness could not run
+    CONFIG = 3  # bad sweep file or options; nothing was started
+    BISECT_SKIP = 125  # git bisect's "skip": the commit cannot be tested
+
+
+class PdcheckError(Exception):
+    """Base of every error pdcheck raises on purpose."""
+
+    exit_code: ExitCode = ExitCode.INFRA
+
+
+class ConfigError(PdcheckError, ValueError):
+    """Bad input: a sweep file, option or argument that pdcheck refuses before starting anything."""
+
+    exit_code = ExitCode.CONFIG
+
+
+class SweepFileError(ConfigError):
+    """A sweep file is invalid; carries where (file, line, key path) and what is allowed."""
+
+    def __init__(self, message: str, *, path: str, line: int | None = None, key: str | None = None):
+        self.path = path
+        self.line = line
+        self.key = key
+        where = path if line is None else f"{path}:{line}"
+        if key:
+            where = f"{where}: {key}"
+        super().__init__(f"{where}: {message}")
+
+
+class DatasetError(PdcheckError):
+    """The evaluation data could not be loaded; the message says how to provide it."""
+
+
+class InfraError(PdcheckError):
+    """The serving machinery failed; a run that hits this gets INFRA-ERROR, never PASS."""
+
+
+class ServerCrashed(InfraError):
+    """A server process exited; carries its role, exit code and the tail of its log."""
+
+    def __init__(self, role: str, returncode: int | None, log_tail: str = "", log_path: str | None = None):
+        self.role = role
+        self.returncode = returncode
+        self.log_tail = log_tail
+        self.log_path = log_path
+        msg = f"{role} exited with code {returncode}"
+        if log_path:
+            msg += f" (log: {log_path})"
+        if log_tail:
+            msg += f"\n--- last lines of its log ---\n{log_tail}"
+        super().__init__(msg)
+
+
+class ServerStartTimeout(InfraError):
+    """A server did not become healthy within its timeout."""
+
+    def __init__(self, role: str, timeout_s: float, log_tail: str = "", log_path: str | None = None):
+        self.role = role
+        self.timeout_s = timeout_s
+        self.log_tail = log_tail
+        self.log_path = log_path
+        msg = f"{role} did not answer /health within {timeout_s:g} s; raise the ready timeout for slow models"
+        if log_path:
+            msg += f" (log: {log_path})"
+        if log_tail:
+            msg += f"\n--- last lines of its log ---\n{log_tail}"
+        super().__init__(msg)
+
+
+class PortUnavailable(InfraError):
+    """A port pdcheck needs is already bound by someone else."""
+
+
+class GpuInventoryError(InfraError):
+    """The topology needs more GPUs than the inventory has; nothing was started."""
+
+    exit_code = ExitCode.CONFIG
+
+
+class NoKvTransferred(InfraError):
+    """The decoder's metrics show no KV received: the PD path was bypassed, so the run proves nothing."""
+
+
+class VllmIncompatible(PdcheckError):
+    """The installed vLLM lacks internals pdcheck relies on; lists every missing name and the version."""
+
+    def __init__(self, version: str, missing: list[str]):
+        self.version = version
+        self.missing = list(missing)
+        super().__init__(
+            f"vLLM {version} is not compatible with pdcheck's adapter; missing: "
+            + ", ".join(self.missing)
+            + ". Update pdcheck/_vllm for this version or use a supported vLLM (0.32.x)."
+        )
+
+
+class HarnessError(PdcheckError):
+    """The race harness could not run (vLLM missing or incompatible, bad workload)."""
+
+
+class BisectError(PdcheckError):
+    """Bisect cannot start: not a git repo, unknown refs, good not an ancestor of bad, dirty tree."""
+
+    exit_code = ExitCode.CONFIG
