@@ -1,5 +1,6 @@
 """The `pdcheck` command line: a click group whose commands load lazily from sibling modules.
 
+\b
 Exit codes (every command):
   0  pass: all cells PASS and every canary was flagged; harness clean; bisect good
   1  REGRESSION or SUSPECT, a canary that was not flagged, race findings; bisect bad

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from pdcheck.cli._common import console
@@ -31,7 +32,7 @@ def doctor(python: str | None, as_json: bool) -> None:
     table.add_row("pdcheck", env["pdcheck_version"])
     table.add_row("python", f"{v['python_version']} ({v['python']})")
     if v["vllm_version"]:
-        table.add_row("vLLM", f"{v['vllm_version']} [{v['build']} build, {v['vllm_dist']}] at {v['vllm_path']}")
+        table.add_row("vLLM", escape(f"{v['vllm_version']} [{v['build']} build, {v['vllm_dist']}] at {v['vllm_path']}"))
         table.add_row("vLLM commit", v["vllm_commit"] or "unknown (release wheel)")
     else:
         table.add_row("vLLM", "not installed for this python" + (f": {v['error']}" if v.get("error") else ""))

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from pdcheck.config.schema import SweepSpec
+from pdcheck.config.schema import UNION_TAGS, SweepSpec
 from pdcheck.errors import SweepFileError
 
 # The sweeps shipped with pdcheck, by bare name (`pdcheck sweep cpu-smoke`).
@@ -46,7 +46,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
 
 def parse_sweep(data: dict[str, Any], *, source: str = "<sweep>", node: yaml.Node | None = None) -> SweepSpec:
     try:
-        return SweepSpec.model_validate(data)
+        spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = _clean_loc(err["loc"])
@@ -57,11 +57,38 @@ def parse_sweep(data: dict[str, Any], *, source: str = "<sweep>", node: yaml.Nod
         if more:
             msg += f" (and {more} more error{'s' if more > 1 else ''})"
         raise SweepFileError(msg, path=source, line=line, key=key) from None
+    problem = _cross_reference_problem(spec)
+    if problem is not None:
+        loc, msg = problem
+        line = _line_of(node, loc) if node is not None else None
+        raise SweepFileError(msg, path=source, line=line, key=".".join(map(str, loc)))
+    return spec
+
+
+def _cross_reference_problem(spec: SweepSpec) -> tuple[tuple, str] | None:
+    """Checks that span sections: arm names unique, environments that arms name exist."""
+    env_names = [e.name for e in spec.environments]
+    for i, env in enumerate(spec.environments):
+        if env_names.count(env.name) > 1:
+            return ("environments", i, "name"), f"duplicate environment name {env.name!r}"
+    seen: set[str] = set()
+    for i, arm in enumerate(spec.matrix.arms):
+        name = arm if isinstance(arm, str) else arm.name
+        if name in seen:
+            return ("matrix", "arms", i), f"duplicate arm name {name!r}; arm names must be unique"
+        seen.add(name)
+        if not isinstance(arm, str) and arm.environment is not None and arm.environment not in env_names:
+            return (
+                ("matrix", "arms", i, "environment"),
+                f"arm {arm.name!r} names environment {arm.environment!r}, which is not defined; "
+                f"defined environments: {', '.join(env_names) or 'none'}",
+            )
+    return None
 
 
 def _clean_loc(loc: tuple) -> tuple:
     # pydantic adds union-branch names such as "str" or "ArmSpec" to the path; keep real keys.
-    branch_names = {"str", "ArmSpec", "int", "bool", "none", "float", "dict[str,str]", "function-after[_one_launcher(), EnvironmentSpec]"}
+    branch_names = {"str", "int", "bool", "none", "float", *UNION_TAGS}
     return tuple(p for p in loc if not (isinstance(p, str) and (p in branch_names or "[" in p)))
 
 

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PositiveInt,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 SCHEMA_VERSION = 1
 
@@ -93,6 +103,23 @@ BUILTIN_ARMS: dict[str, ArmSpec] = {
 }
 
 
+def _known_arm(name: str) -> str:
+    if name not in BUILTIN_ARMS:
+        raise ValueError(
+            f"unknown arm {name!r}; built-in arms are {', '.join(BUILTIN_ARMS)}, "
+            "or define one as a mapping with a name"
+        )
+    return name
+
+
+# A matrix arm is a built-in arm's name or a full definition; the tag keeps errors on one branch.
+ArmRef = Annotated[
+    Annotated[str, AfterValidator(_known_arm), Tag("builtin-arm")] | Annotated[ArmSpec, Tag("arm-definition")],
+    Discriminator(lambda v: "builtin-arm" if isinstance(v, str) else "arm-definition"),
+]
+UNION_TAGS = ("builtin-arm", "arm-definition")
+
+
 def _non_empty(name: str):
     def check(value):
         if len(value) == 0:
@@ -113,7 +140,7 @@ class Matrix(_Strict):
     decode_instances: tuple[PositiveInt, ...] = (1,)
     async_scheduling: tuple[bool, ...] = (True,)
     # Names of built-in arms or full arm definitions.
-    arms: tuple[str | ArmSpec, ...] = ("fixes-on",)
+    arms: tuple[ArmRef, ...] = ("fixes-on",)
     concurrency: tuple[PositiveInt, ...] = (1,)
     attention_backend: tuple[str | None, ...] = (None,)
     env: tuple[dict[str, str], ...] = ({},)
@@ -196,28 +223,3 @@ class SweepSpec(_Strict):
         if dupes:
             raise ValueError(f"duplicate model name(s): {', '.join(dupes)}; each model needs a unique name")
         return models
-
-    @model_validator(mode="after")
-    def _references_resolve(self) -> SweepSpec:
-        env_names = [e.name for e in self.environments]
-        if len(set(env_names)) != len(env_names):
-            raise ValueError("duplicate environment names")
-        arm_names = []
-        for arm in self.matrix.arms:
-            if isinstance(arm, str):
-                if arm not in BUILTIN_ARMS:
-                    raise ValueError(
-                        f"unknown arm {arm!r}; built-in arms are {', '.join(BUILTIN_ARMS)}, "
-                        "or define one as a mapping with a name"
-                    )
-                arm_names.append(arm)
-            else:
-                if arm.environment is not None and arm.environment not in env_names:
-                    raise ValueError(
-                        f"arm {arm.name!r} names environment {arm.environment!r}, "
-                        f"which is not defined; defined: {', '.join(env_names) or 'none'}"
-                    )
-                arm_names.append(arm.name)
-        if len(set(arm_names)) != len(arm_names):
-            raise ValueError("duplicate arm names in matrix.arms")
-        return self

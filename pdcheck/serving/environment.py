@@ -48,14 +48,19 @@ if out["vllm_path"]:
     try:
         vf = open(os.path.join(out["vllm_path"], "_version.py")).read()
         for line in vf.splitlines():
-            if line.startswith("__commit_id__") or line.startswith("commit_id"):
-                commit = line.split("=", 1)[1].strip().strip("'\"") or None
+            if line.startswith(("__commit_id__", "commit_id")) and "=" in line:
+                value = line.rsplit("=", 1)[1].strip().strip("'\"")
+                commit = None if value in ("", "None") else value
     except OSError:
         pass
     try:
-        r = subprocess.run(["git", "-C", out["vllm_path"], "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        # Only a checkout of vLLM itself counts (not a repo that happens to hold the venv).
+        r = subprocess.run(["git", "-C", out["vllm_path"], "rev-parse", "--show-toplevel", "HEAD"],
+                           capture_output=True, text=True, timeout=5)
         if r.returncode == 0:
-            commit = r.stdout.strip()
+            top, head = r.stdout.split()
+            if os.path.realpath(os.path.join(top, "vllm")) == os.path.realpath(out["vllm_path"]):
+                commit = head
     except (OSError, subprocess.TimeoutExpired):
         pass
 out["fixes"] = fixes

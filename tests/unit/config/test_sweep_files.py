@@ -87,7 +87,7 @@ def test_selection_by_name_id_and_keyword(tmp_path):
         ("matrix:\n  decode_tp: []\n", 9, "matrix.decode_tp", "axis is empty"),
         ("matrix:\n  concurrenty: [1]\n", 9, "matrix.concurrenty", "unknown key"),
         ("matrix:\n  async_scheduling: [maybe]\n", 9, "matrix.async_scheduling.0", "bool"),
-        ("matrix:\n  arms: [fixes-of]\n", 9, "matrix.arms", "built-in arms are fixes-on"),
+        ("matrix:\n  arms: [fixes-of]\n", 9, "matrix.arms.0", "built-in arms are fixes-on"),
     ],
 )
 def test_bad_values_name_file_line_key_and_what_is_allowed(tmp_path, patch, line, key, fragment):

@@ -1,0 +1,108 @@
+"""Per-question records: what every eval engine writes and what the analysis reads.
+
+Records are appended to a JSONL file as they arrive, one line per finished question, each
+line written whole and flushed, so an interrupted run keeps every finished question.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+RECORD_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """The generated token and the top alternatives (at least 2 when asked) at one position."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def top2_margin(self) -> float | None:
+        """logprob(best) - logprob(second best): how close this position was to a tie (nats)."""
+        if len(self.top) < 2:
+            return None
+        ranked = sorted((lp for _, lp in self.top), reverse=True)
+        return ranked[0] - ranked[1]
+
+
+@dataclass(frozen=True)
+class QuestionRecord:
+    """One question's result on one side (baseline or PD) of one unit.
+
+    `ok` is False when the request failed (transport, HTTP error, garbage answer); then
+    `error` says why and `correct`/`invalid` are False. A failure is never scored as a
+    wrong answer.
+    """
+
+    index: int
+    prompt_sha256: str
+    gold: str
+    ok: bool
+    completion: str | None = None
+    token_ids: tuple[int, ...] | None = None
+    logprobs: tuple[TokenLogprobs, ...] | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+    queue_s: float | None = None
+    answer: str | None = None
+    answers: dict[str, str | None] = field(default_factory=dict)
+    correct: bool = False
+    invalid: bool = False
+    error: str | None = None
+    http_status: int | None = None
+    attempts: int = 1
+    request_id: str | None = None
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        if self.logprobs is not None:
+            data["logprobs"] = [[t.token, t.logprob, [list(p) for p in t.top]] for t in self.logprobs]
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QuestionRecord:
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}
+        if data.get("token_ids") is not None:
+            data["token_ids"] = tuple(data["token_ids"])
+        if data.get("logprobs") is not None:
+            data["logprobs"] = tuple(
+                TokenLogprobs(tok, lp, tuple((a, b) for a, b in top)) for tok, lp, top in data["logprobs"]
+            )
+        return cls(**data)
+
+
+def append_record(path: Path, record: QuestionRecord) -> None:
+    """Append one line and flush it to disk, so a crash loses at most the line being written."""
+    line = record.to_json() + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_records(path: str | Path) -> list[QuestionRecord]:
+    """Read a records file; a torn last line (from a kill mid-write) is ignored."""
+    out: list[QuestionRecord] = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break
+            line = line.strip()
+            if line:
+                out.append(QuestionRecord.from_dict(json.loads(line)))
+    return out
+
+
+def iter_indices(records: Iterable[QuestionRecord]) -> Iterator[int]:
+    return (r.index for r in records)
