@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("pdcheck.cli.eval:eval_cmd", "Run GSM8K against one OpenAI-compatible URL and save per-question records."),
     "compare": ("pdcheck.cli.compare:compare", "Compare two record files question by question (baseline vs PD)."),
     "report": ("pdcheck.cli.report:report", "Render a results folder as markdown, JSON or JUnit."),
-    "merge": ("pdcheck.cli.report:merge", "Join sharded result folders into one."),
+    "merge": ("pdcheck.cli.sweep:merge", "Join sharded result folders into one."),
     "race": ("pdcheck.cli.race:race", "Drive vLLM's real scheduler in-process and check for KV races."),
     "trace": ("pdcheck.cli.race:trace", "Check scheduler traces recorded by pdcheck's vLLM plugin."),
     "bisect": ("pdcheck.cli.bisect:bisect", "Find the vLLM commit that brought a PD race or regression back."),

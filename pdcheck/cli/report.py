@@ -3,4 +3,3 @@
 from pdcheck.cli._common import not_built
 
 report = not_built("report", "Reports and CI")
-merge = not_built("merge", "Sweep engine")
