@@ -1,3 +1,5 @@
 """Sweep: orchestration of cells and units, and the results store."""
 
-__all__: list[str] = []
+from pdcheck.sweep.store import Provenance, RunResults, RunStore, load_run
+
+__all__ = ["Provenance", "RunResults", "RunStore", "load_run"]
