@@ -1,0 +1,174 @@
+"""Plan a sweep: group units by server configuration into jobs, and pack jobs onto GPUs.
+
+Pure functions, no I/O. A *unit* is (cell, side, concurrency, repeat): one eval run. A *job*
+is one topology start (a baseline server, or a PD prefill+decode+proxy) and every unit run
+against it. Starting vLLM costs tens of seconds on CPU and minutes on GPU, while a unit is
+often shorter, so the plan starts each distinct server configuration once:
+
+- baseline jobs are keyed by `Cell.baseline_key()` plus the vLLM build fingerprint; cells with
+  equal keys share one baseline run (the first cell owns it, the others get copies);
+- PD jobs are keyed by everything that changes a PD server (not concurrency, eval or analysis);
+  PD jobs that share a prefill configuration (arms that only change the decoder, such as
+  injections) are placed next to each other so a runner can keep the prefiller up;
+- `reuse=False` gives the restart-per-unit baseline (one job per unit), for the benchmark.
+
+On GPUs, `pack` places jobs on disjoint GPU sets in waves that run at once; on CPU every job
+is its own wave.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pdcheck.config import Cell
+from pdcheck.errors import GpuInventoryError
+
+SIDES = ("baseline", "pd")
+# Cell fields that never change a server: they act on the client or the analysis.
+_CLIENT_FIELDS = ("sweep", "concurrency", "eval", "analysis")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One eval run: a side of a cell at one concurrency level and repeat."""
+
+    cell_id: str
+    side: str
+    concurrency: int
+    repeat: int
+
+    @property
+    def run_tag(self) -> str:
+        """The X-Request-Id prefix: `<side>-c<N>-r<k>-<cell id>` (evals appends `-q<index>`)."""
+        return f"{self.side}-c{self.concurrency}-r{self.repeat}-{self.cell_id}"
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """One topology start and the units run against it.
+
+    `shares` are the other cells whose baseline units are copies of this job's (same key).
+    """
+
+    side: str
+    key: str
+    cell: Cell
+    units: tuple[Unit, ...]
+    shares: tuple[Cell, ...] = ()
+    prefill_key: str | None = None
+
+    @property
+    def gpus_needed(self) -> int:
+        c = self.cell
+        if self.side == "baseline":
+            return c.decode_tp
+        return c.prefill_instances * c.prefill_tp + c.decode_instances * c.decode_tp
+
+    @property
+    def label(self) -> str:
+        return f"{self.side} {self.cell.name}"
+
+
+@dataclass(frozen=True)
+class Placement:
+    job: Job
+    gpus: tuple[int, ...]
+
+
+def _digest(data: object) -> str:
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def pd_server_key(cell: Cell) -> str:
+    """Equal keys mean identical PD servers: model, TP, instances, async, arm switches, env, serve args."""
+    data = {k: v for k, v in cell.resolved().items() if k not in _CLIENT_FIELDS}
+    data["arm"] = {k: v for k, v in data["arm"].items() if k not in ("name", "canary")}
+    return _digest(data)
+
+
+def prefill_key(cell: Cell) -> str:
+    """Like `pd_server_key` without what acts on the decoder only (injections)."""
+    data = {k: v for k, v in cell.resolved().items() if k not in _CLIENT_FIELDS}
+    data["arm"] = {k: v for k, v in data["arm"].items() if k not in ("name", "canary", "inject", "inject_seed")}
+    return _digest(data)
+
+
+def cell_units(cell: Cell, side: str) -> tuple[Unit, ...]:
+    return tuple(
+        Unit(cell.id, side, c, r) for c in cell.concurrency for r in range(cell.eval.repeats)
+    )
+
+
+def plan_jobs(
+    cells: Sequence[Cell],
+    *,
+    reuse: bool = True,
+    build_fingerprint: Callable[[Cell], str] = lambda cell: "",
+) -> list[Job]:
+    """Jobs in run order: each baseline group, then its cells' PD jobs, prefill-sharing ones adjacent.
+
+    `build_fingerprint(cell)` names the vLLM build a cell's servers run (version/commit); it
+    joins the baseline key, so two builds never share a baseline.
+    """
+    if not reuse:
+        return [
+            Job(side, f"{cell.id}/{unit.side}/c{unit.concurrency}/r{unit.repeat}", cell, (unit,))
+            for cell in cells for side in SIDES for unit in cell_units(cell, side)
+        ]
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(f"{cell.baseline_key()}:{build_fingerprint(cell)}", []).append(cell)
+    jobs: list[Job] = []
+    for key, members in groups.items():
+        owner = members[0]
+        jobs.append(Job("baseline", key, owner, cell_units(owner, "baseline"), shares=tuple(members[1:])))
+        # Stable sort: cells keep sweep order within one prefill configuration.
+        first_seen = {}
+        for cell in members:
+            first_seen.setdefault(prefill_key(cell), len(first_seen))
+        for cell in sorted(members, key=lambda c: first_seen[prefill_key(c)]):
+            jobs.append(Job("pd", pd_server_key(cell), cell, cell_units(cell, "pd"), prefill_key=prefill_key(cell)))
+    return jobs
+
+
+def distinct_server_configs(cells: Sequence[Cell], *, build_fingerprint: Callable[[Cell], str] = lambda c: "") -> int:
+    """How many different topologies the cells need: the lower bound on server starts."""
+    keys = {f"b:{c.baseline_key()}:{build_fingerprint(c)}" for c in cells}
+    keys |= {f"p:{pd_server_key(c)}" for c in cells}
+    return len(keys)
+
+
+def pack(jobs: Sequence[Job], *, gpu_indices: Sequence[int]) -> list[list[Placement]]:
+    """Waves of jobs on disjoint GPU sets; the jobs of one wave may run at once.
+
+    First fit in plan order: a job joins the earliest wave that still has enough free GPUs.
+    With no GPUs (CPU) every job is its own wave and gets no devices. A job that needs more
+    GPUs than exist raises GpuInventoryError before anything starts.
+    """
+    if not gpu_indices:
+        return [[Placement(job, ())] for job in jobs]
+    total = len(gpu_indices)
+    for job in jobs:
+        if job.gpus_needed > total:
+            raise GpuInventoryError(
+                f"{job.label} needs {job.gpus_needed} GPUs but only {total} are available "
+                f"({', '.join(map(str, gpu_indices))}); exclude the cell or run on a larger node"
+            )
+    waves: list[list[Placement]] = []
+    free: list[list[int]] = []
+    for job in jobs:
+        for wave, available in zip(waves, free):
+            if len(available) >= job.gpus_needed:
+                break
+        else:
+            wave, available = [], list(gpu_indices)
+            waves.append(wave)
+            free.append(available)
+        taken = tuple(available[: job.gpus_needed])
+        del available[: job.gpus_needed]
+        wave.append(Placement(job, taken))
+    return waves

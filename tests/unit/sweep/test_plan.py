@@ -1,0 +1,110 @@
+"""The sweep plan: one server start per distinct configuration, shared baselines, GPU packing."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdcheck.config import expand_cells, parse_sweep
+from pdcheck.errors import GpuInventoryError
+from pdcheck.sweep.plan import distinct_server_configs, pack, plan_jobs
+
+
+def _cells(**matrix):
+    data = {
+        "name": "t",
+        "models": [{"name": "a", "path": "/m/a"}, {"name": "b", "path": "/m/b"}],
+        "matrix": {"concurrency": [1, 8], **matrix},
+    }
+    return expand_cells(parse_sweep(data))
+
+
+def test_each_distinct_server_config_starts_once_and_runs_every_unit():
+    """2 models × 3 arms: 2 baseline jobs (arms do not touch the baseline), 6 PD jobs, all units covered."""
+    cells = _cells(arms=["fixes-on", "inject-zero", "fixes-off"])
+    jobs = plan_jobs(cells)
+    assert [j.side for j in jobs].count("baseline") == 2
+    assert [j.side for j in jobs].count("pd") == 6
+    assert len(jobs) == distinct_server_configs(cells)
+    units = {u for j in jobs for u in j.units}
+    assert len(units) == 2 * 2 + 6 * 2  # owner baselines 2×2, PD 6×2
+    baseline = jobs[0]
+    assert baseline.side == "baseline" and len(baseline.shares) == 2
+
+
+def test_restart_per_unit_plan_has_one_job_per_unit():
+    """reuse=False (the benchmark's comparison runner) starts servers for every unit."""
+    cells = _cells()
+    jobs = plan_jobs(cells, reuse=False)
+    assert len(jobs) == 2 * 2 * 2  # cells × sides × concurrency
+    assert all(len(j.units) == 1 and not j.shares for j in jobs)
+
+
+def test_build_fingerprint_splits_baselines():
+    """Two vLLM builds never share a baseline, even with an identical configuration."""
+    cells = _cells(arms=["fixes-on", "inject-zero"])
+    jobs = plan_jobs(cells, build_fingerprint=lambda c: c.arm.name)
+    assert [j.side for j in jobs].count("baseline") == 4
+
+
+def test_decoder_only_arms_sit_next_to_each_other():
+    """Arms that only change the decoder share a prefill key and are adjacent, so a prefiller can stay up."""
+    cells = _cells(arms=["fixes-on", "fixes-off", "inject-zero"])
+    pd = [j for j in plan_jobs(cells) if j.side == "pd" and j.cell.model.name == "a"]
+    assert [j.cell.arm.name for j in pd] == ["fixes-on", "inject-zero", "fixes-off"]
+    assert pd[0].prefill_key == pd[1].prefill_key != pd[2].prefill_key
+
+
+def test_run_tags_are_unique_per_unit():
+    """X-Request-Id run tags differ across side, concurrency, repeat and cell."""
+    jobs = plan_jobs(_cells(arms=["fixes-on", "inject-zero"]))
+    tags = [u.run_tag for j in jobs for u in j.units]
+    assert len(tags) == len(set(tags))
+
+
+def _topo(p, d):
+    return dict(prefill_instances=[p], decode_instances=[d])
+
+
+@pytest.mark.parametrize(
+    ("gpus", "topo", "max_per_wave"),
+    [
+        (2, _topo(1, 1), 2),  # PD needs 2: one PD per wave, or baselines together
+        (4, _topo(2, 2), 4),  # PD needs 4: alone, but baselines pack 4 to a wave
+        (4, _topo(1, 2), 4),
+        (8, _topo(2, 2), 8),
+        (8, _topo(1, 2), 8),
+        (8, _topo(2, 1), 8),
+        (1, _topo(1, 1), None),
+    ],
+)
+def test_pack_uses_disjoint_gpus_and_never_overfills(gpus, topo, max_per_wave):
+    """In every wave the jobs' GPU sets are disjoint and within the inventory; all jobs are placed once."""
+    cells = _cells(arms=["fixes-on", "inject-zero"], **topo)
+    jobs = plan_jobs(cells)
+    if max_per_wave is None:
+        with pytest.raises(GpuInventoryError, match="needs 2 GPUs but only 1"):
+            pack(jobs, gpu_indices=list(range(gpus)))
+        return
+    waves = pack(jobs, gpu_indices=list(range(gpus)))
+    placed = [p.job for w in waves for p in w]
+    assert sorted(map(id, placed)) == sorted(map(id, jobs))
+    for wave in waves:
+        used = [g for p in wave for g in p.gpus]
+        assert len(used) == len(set(used)) and set(used) <= set(range(gpus))
+        assert all(len(p.gpus) == p.job.gpus_needed for p in wave)
+    assert len(waves) < len(jobs), "several jobs must share a wave when GPUs allow"
+
+
+def test_pack_on_eight_gpus_runs_two_p2d2_topologies_at_once():
+    """8 GPUs and P2/D2 TP1 cells: two PD topologies (4 GPUs each) fit in one wave."""
+    cells = _cells(arms=["fixes-on", "inject-zero"], **_topo(2, 2))
+    pd_jobs = [j for j in plan_jobs(cells) if j.side == "pd"]
+    waves = pack(pd_jobs, gpu_indices=range(8))
+    assert [len(w) for w in waves] == [2, 2]
+
+
+def test_pack_on_cpu_is_one_job_at_a_time():
+    """No GPUs: every job is its own wave with no devices."""
+    jobs = plan_jobs(_cells())
+    waves = pack(jobs, gpu_indices=[])
+    assert all(len(w) == 1 and w[0].gpus == () for w in waves)
