@@ -1,3 +1,27 @@
-"""Analysis: paired statistics against a same-run baseline, agreement, verdicts, attribution."""
+"""Analysis: paired statistics against a same-run baseline, agreement, verdicts, attribution.
 
-__all__: list[str] = []
+Pure functions on `QuestionRecord`s and numpy arrays; no I/O, no vLLM. See docs/analysis.md.
+"""
+
+from pdcheck.analysis.attribution import ArmObservation, Attribution, attribute
+from pdcheck.analysis.injection import InjectionPrecision, injection_precision
+from pdcheck.analysis.paired import PairedComparison, compare_paired
+from pdcheck.analysis.sequential import EarlyStop, SequentialTest
+from pdcheck.analysis.verdict import CanaryStatus, CellVerdict, Verdict, canary_status, decide
+
+__all__ = [
+    "ArmObservation",
+    "Attribution",
+    "CanaryStatus",
+    "CellVerdict",
+    "EarlyStop",
+    "InjectionPrecision",
+    "PairedComparison",
+    "SequentialTest",
+    "Verdict",
+    "attribute",
+    "canary_status",
+    "compare_paired",
+    "decide",
+    "injection_precision",
+]

@@ -1,0 +1,237 @@
+"""Race attribution: from a sweep's arms, name the race that most likely explains the flags.
+
+Each arm is one cell (model, topology, async on/off, fixes disabled, injected fault) with its
+verdict and Δ per concurrency. Arms are compared with their *counterparts*: the arm in the same
+model and topology that differs in exactly one switch. Every rule is a pure predicate on
+(arm, counterparts) plus an evidence builder, so a verdict can be traced to the observations
+that produced it. The rules, in order (also the table in docs/analysis.md):
+
+| rule | race | the arm | and its counterpart |
+| --- | --- | --- | --- |
+| injected | injected:<kind> | injects a fault and is flagged | (none needed) |
+| block-reuse-fix | block-reuse | block-reuse fix off, flagged | same arm with the fix on passes |
+| zeroing-fix | zeroing | zeroing skip off, flagged, hybrid model | same arm with the skip on passes |
+| both-fixes | block-reuse or zeroing | both fixes off, flagged | fixes on passes, no single-fix arm to split |
+| scheduling | scheduling race | async on, flagged, not worse-free with concurrency | same arm with async off passes |
+| sync-failure | pd-transfer | async off, flagged, no fault injected | (none: one batch in flight rules out both races) |
+| harness | block-reuse / zeroing | the in-process race harness reports findings of that kind | |
+
+"Flagged" is REGRESSION or SUSPECT at any concurrency; "passes" is PASS at every concurrency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pdcheck.analysis._serial import Serializable
+from pdcheck.analysis.verdict import Verdict
+from pdcheck.config import Cell
+
+__all__ = ["ArmObservation", "Attribution", "RULES", "attribute"]
+
+
+@dataclass(frozen=True)
+class ArmObservation(Serializable):
+    """One arm of a sweep (a cell) as attribution sees it."""
+
+    cell: str
+    model: str
+    kind: str  # "full-attention" | "hybrid"
+    async_scheduling: bool
+    topology: str = ""
+    disabled_fixes: tuple[str, ...] = ()
+    inject: str | None = None
+    verdicts: dict[int, Verdict] = field(default_factory=dict)  # concurrency -> verdict
+    delta_pts: dict[int, float] = field(default_factory=dict)  # concurrency -> Δaccuracy
+
+    @classmethod
+    def from_cell(
+        cls, c: Cell, *, verdicts: Mapping[int, Verdict], delta_pts: Mapping[int, float]
+    ) -> ArmObservation:
+        """Build from a resolved sweep cell and its per-concurrency verdicts and Δ."""
+        return cls(
+            cell=c.name,
+            model=c.model.name,
+            kind=c.model.kind,
+            async_scheduling=c.async_scheduling,
+            topology=f"p{c.prefill_instances}x{c.prefill_tp}-d{c.decode_instances}x{c.decode_tp}",
+            disabled_fixes=tuple(sorted(c.arm.disable_fixes)),
+            inject=c.arm.inject,
+            verdicts=dict(verdicts),
+            delta_pts=dict(delta_pts),
+        )
+
+    @property
+    def flagged(self) -> bool:
+        return any(v.flagged for v in self.verdicts.values())
+
+    @property
+    def passes(self) -> bool:
+        return bool(self.verdicts) and all(v is Verdict.PASS for v in self.verdicts.values())
+
+    def trend_pts_per_doubling(self) -> float | None:
+        """Least-squares slope of Δ against log2(concurrency); None with fewer than two levels."""
+        if len(self.delta_pts) < 2:
+            return None
+        xs = np.log2(np.array(sorted(self.delta_pts), dtype=float))
+        ys = np.array([self.delta_pts[c] for c in sorted(self.delta_pts)])
+        return float(np.polyfit(xs, ys, 1)[0])
+
+    def describe(self) -> str:
+        per = ", ".join(f"c{c}: {v.value} ({self.delta_pts.get(c, float('nan')):+.1f} pts)" for c, v in sorted(self.verdicts.items()))
+        return f"{self.cell} [{per}]"
+
+
+@dataclass(frozen=True)
+class Attribution(Serializable):
+    """A named likely race, the rule that named it, and the observations behind it."""
+
+    race: str
+    rule: str
+    cell: str
+    evidence: tuple[str, ...]
+
+
+def _counterpart(arm: ArmObservation, peers: Sequence[ArmObservation], **changes) -> ArmObservation | None:
+    want = {
+        "async_scheduling": arm.async_scheduling,
+        "disabled_fixes": tuple(sorted(arm.disabled_fixes)),
+        "inject": arm.inject,
+        **changes,
+    }
+    for p in peers:
+        if p is not arm and all(getattr(p, k) == v for k, v in want.items()):
+            return p
+    return None
+
+
+def _without(arm: ArmObservation, fix: str) -> tuple[str, ...]:
+    return tuple(sorted(f for f in arm.disabled_fixes if f != fix))
+
+
+def _trend_line(arm: ArmObservation) -> str:
+    slope = arm.trend_pts_per_doubling()
+    if slope is None:
+        return "concurrency trend unknown (one concurrency level)"
+    word = "worse" if slope < 0 else "not worse"
+    return f"{word} with concurrency: Δ changes {slope:+.2f} pts per doubling"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A pure predicate on (arm, peers) and the evidence it cites when it holds."""
+
+    name: str
+    race: Callable[[ArmObservation], str]
+    holds: Callable[[ArmObservation, Sequence[ArmObservation]], bool]
+    evidence: Callable[[ArmObservation, Sequence[ArmObservation]], tuple[str, ...]]
+
+
+def _fix_rule(fix: str, *, hybrid_only: bool) -> Rule:
+    def holds(arm, peers):
+        if not (arm.inject is None and fix in arm.disabled_fixes and arm.flagged):
+            return False
+        if hybrid_only and arm.kind != "hybrid":
+            return False
+        other = _counterpart(arm, peers, disabled_fixes=_without(arm, fix))
+        return other is not None and other.passes
+
+    def evidence(arm, peers):
+        other = _counterpart(arm, peers, disabled_fixes=_without(arm, fix))
+        lines = (f"flagged with the {fix} fix off: {arm.describe()}", f"recovers with it on: {other.describe()}")
+        if fix == "zeroing":
+            lines += (f"{arm.model} is hybrid: the zeroing race hits attention layers only, the GDN/Mamba state survives",)
+        return lines
+
+    return Rule(name=f"{fix}-fix", race=lambda arm: fix, holds=holds, evidence=evidence)
+
+
+def _both_fixes_holds(arm, peers):
+    if arm.inject is not None or set(arm.disabled_fixes) != {"block-reuse", "zeroing"} or not arm.flagged:
+        return False
+    fixed = _counterpart(arm, peers, disabled_fixes=())
+    single = [_counterpart(arm, peers, disabled_fixes=(f,)) for f in ("block-reuse", "zeroing")]
+    return fixed is not None and fixed.passes and all(s is None for s in single)
+
+
+def _scheduling_holds(arm, peers):
+    if arm.inject is not None or not arm.async_scheduling or not arm.flagged:
+        return False
+    sync = _counterpart(arm, peers, async_scheduling=False)
+    slope = arm.trend_pts_per_doubling()
+    return sync is not None and sync.passes and (slope is None or slope < 0)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        name="injected",
+        race=lambda arm: f"injected:{arm.inject.partition(':')[0]}",
+        holds=lambda arm, peers: arm.inject is not None and arm.flagged,
+        evidence=lambda arm, peers: (f"fault {arm.inject} injected on the decoder and flagged: {arm.describe()}",),
+    ),
+    _fix_rule("block-reuse", hybrid_only=False),
+    _fix_rule("zeroing", hybrid_only=True),
+    Rule(
+        name="both-fixes",
+        race=lambda arm: "block-reuse or zeroing",
+        holds=_both_fixes_holds,
+        evidence=lambda arm, peers: (
+            f"flagged with both fixes off: {arm.describe()}",
+            f"recovers with both on: {_counterpart(arm, peers, disabled_fixes=()).describe()}",
+            "no single-fix arm (block-reuse-off, zeroing-off) to tell the two apart",
+        ),
+    ),
+    Rule(
+        name="scheduling",
+        race=lambda arm: "scheduling race",
+        holds=_scheduling_holds,
+        evidence=lambda arm, peers: (
+            f"fails with async scheduling on: {arm.describe()}",
+            f"passes with async off: {_counterpart(arm, peers, async_scheduling=False).describe()}",
+            _trend_line(arm),
+        ),
+    ),
+    Rule(
+        name="sync-failure",
+        race=lambda arm: "pd-transfer",
+        holds=lambda arm, peers: arm.inject is None and not arm.async_scheduling and arm.flagged,
+        evidence=lambda arm, peers: (
+            f"flagged with async scheduling off: {arm.describe()}",
+            "with one batch in flight neither race can happen: suspect the KV transfer or the connector",
+        ),
+    ),
+)
+
+# Substrings of race-harness finding kinds and the race each points to; zeroing first, since
+# its kinds also mention stale data.
+_HARNESS_KINDS = (("ZERO", "zeroing"), ("STALE", "block-reuse"), ("REUSE", "block-reuse"), ("MAMBA", "block-reuse"))
+
+
+def _harness_attributions(findings: Mapping[str, int]) -> list[Attribution]:
+    by_race: dict[str, list[str]] = {}
+    for kind, count in sorted(findings.items()):
+        if count <= 0:
+            continue
+        race = next((r for key, r in _HARNESS_KINDS if key in kind.upper()), "unclassified harness finding")
+        by_race.setdefault(race, []).append(f"race harness: {count} × {kind}")
+    return [Attribution(race=r, rule="harness", cell="race-harness", evidence=tuple(ev)) for r, ev in by_race.items()]
+
+
+def attribute(observations: Iterable[ArmObservation], *, race_findings: Mapping[str, int] | None = None) -> list[Attribution]:
+    """Every rule that holds for every arm, in rule order, plus the race harness's findings by kind."""
+    arms = list(observations)
+    groups: dict[tuple[str, str], list[ArmObservation]] = {}
+    for arm in arms:
+        groups.setdefault((arm.model, arm.topology), []).append(arm)
+    out: list[Attribution] = []
+    for arm in arms:
+        peers = groups[(arm.model, arm.topology)]
+        out.extend(
+            Attribution(race=rule.race(arm), rule=rule.name, cell=arm.cell, evidence=rule.evidence(arm, peers))
+            for rule in RULES
+            if rule.holds(arm, peers)
+        )
+    return out + _harness_attributions(race_findings or {})

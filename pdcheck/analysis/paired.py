@@ -1,0 +1,272 @@
+"""Compare one PD run with its same-run baseline, question by question.
+
+Records are paired by question index, never by position: both sides must hold the same set
+of indices (a ConfigError, which is a ValueError, otherwise). A record with `ok=False` is a
+request error, not a wrong answer: errors are counted per side and the question leaves the
+accuracy pairs. The numbers (see `stats.py` for the methods and why):
+
+- Δaccuracy = PD − baseline over the pairs, with Tango's score interval at `1 − alpha`
+  (95% by default) and the one-sided exact McNemar p-value for "PD is worse";
+- Δinvalid rate (PD − baseline, positive is worse), with the same interval;
+- greedy agreement (`agreement.py`) and, when a control run exists, a one-sided Fisher test of
+  PD's corruption-grade divergences against the control's (the baseline against a repeat of
+  itself, or PD with async scheduling off);
+- jitter: with repeated runs per side, each side's accuracy mean and std over runs (vLLM's
+  5-run table). `verdict.decide` uses the baseline's run-to-run std as a noise floor;
+- power (`power.py`) and vLLM's compatibility check |acc − expected| < rtol, for information.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pdcheck.analysis._serial import Serializable
+from pdcheck.analysis.agreement import Agreement, measure_agreement
+from pdcheck.analysis.power import Power, summarize_power
+from pdcheck.analysis.stats import fisher_greater_p, mcnemar_worse_p, tango_interval
+from pdcheck.errors import ConfigError
+from pdcheck.evals.records import QuestionRecord
+
+__all__ = ["Compatibility", "ControlTest", "Jitter", "PairedComparison", "SideStats", "compare_paired"]
+
+Records = Sequence[QuestionRecord]
+
+
+@dataclass(frozen=True)
+class SideStats(Serializable):
+    """One side's own numbers; accuracy and invalid rate are over its successful records."""
+
+    n_records: int
+    n_ok: int
+    n_errors: int
+    accuracy: float | None
+    invalid_rate: float | None
+
+    @property
+    def error_rate(self) -> float:
+        return self.n_errors / self.n_records if self.n_records else 0.0
+
+
+@dataclass(frozen=True)
+class Jitter(Serializable):
+    """Accuracy over repeated runs of one configuration: vLLM's 5-run table, per side."""
+
+    baseline_runs: tuple[float, ...]
+    pd_runs: tuple[float, ...]
+
+    @staticmethod
+    def _std(runs: tuple[float, ...]) -> float | None:
+        return statistics.stdev(runs) if len(runs) >= 2 else None
+
+    @property
+    def baseline_mean(self) -> float | None:
+        return statistics.fmean(self.baseline_runs) if self.baseline_runs else None
+
+    @property
+    def baseline_std(self) -> float | None:
+        return self._std(self.baseline_runs)
+
+    @property
+    def pd_mean(self) -> float | None:
+        return statistics.fmean(self.pd_runs) if self.pd_runs else None
+
+    @property
+    def pd_std(self) -> float | None:
+        return self._std(self.pd_runs)
+
+
+@dataclass(frozen=True)
+class ControlTest(Serializable):
+    """PD's suspect divergences against a control's, one-sided Fisher exact test."""
+
+    source: str  # "control" (given) or "baseline-repeat"
+    basis: str  # "corruption-grade" or "any-divergence" (no logprobs recorded)
+    pd_count: int
+    pd_pairs: int
+    control_count: int
+    control_pairs: int
+    p_value: float
+
+
+@dataclass(frozen=True)
+class Compatibility(Serializable):
+    """vLLM's own gate, |PD accuracy − expected| < rtol: information only, never the verdict."""
+
+    expected_accuracy: float
+    rtol: float
+    pd_accuracy: float
+    passed: bool
+
+
+@dataclass(frozen=True)
+class PairedComparison(Serializable):
+    """Everything the paired analysis found for one PD run against its baseline."""
+
+    alpha: float
+    n_pairs: int
+    worse: int  # baseline right, PD wrong
+    better: int  # baseline wrong, PD right
+    baseline: SideStats
+    pd: SideStats
+    delta_pts: float | None
+    ci_low_pts: float | None
+    ci_high_pts: float | None
+    p_value: float
+    invalid_worse: int  # baseline valid, PD invalid
+    invalid_better: int
+    delta_invalid_pts: float | None
+    invalid_ci_low_pts: float | None
+    invalid_ci_high_pts: float | None
+    agreement: Agreement
+    control: ControlTest | None
+    jitter: Jitter
+    power: Power
+    compatibility: Compatibility | None
+
+    @property
+    def discordance(self) -> float:
+        return (self.worse + self.better) / self.n_pairs if self.n_pairs else 0.0
+
+
+def _by_index(records: Records, side: str) -> dict[int, QuestionRecord]:
+    out: dict[int, QuestionRecord] = {}
+    for r in records:
+        if r.index in out:
+            raise ConfigError(f"{side} records hold question index {r.index} twice; one record per question is allowed")
+        out[r.index] = r
+    return out
+
+
+def _paired(baseline: Records, other: Records, other_side: str) -> list[tuple[QuestionRecord, QuestionRecord]]:
+    base = _by_index(baseline, "baseline")
+    oth = _by_index(other, other_side)
+    if base.keys() != oth.keys():
+        only_b = sorted(base.keys() - oth.keys())
+        only_o = sorted(oth.keys() - base.keys())
+        raise ConfigError(
+            f"baseline and {other_side} answer different questions: {len(only_b)} only in baseline "
+            f"(e.g. {only_b[:5]}), {len(only_o)} only in {other_side} (e.g. {only_o[:5]}); "
+            "compare runs over the same question indices (same limit and offset)"
+        )
+    return [(base[i], oth[i]) for i in sorted(base) if base[i].ok and oth[i].ok]
+
+
+def _side_stats(records: Records) -> SideStats:
+    ok = [r for r in records if r.ok]
+    return SideStats(
+        n_records=len(records),
+        n_ok=len(ok),
+        n_errors=len(records) - len(ok),
+        accuracy=sum(r.correct for r in ok) / len(ok) if ok else None,
+        invalid_rate=sum(r.invalid for r in ok) / len(ok) if ok else None,
+    )
+
+
+def _pts_interval(worse: int, better: int, n: int, confidence: float) -> tuple[float | None, float | None, float | None]:
+    if n == 0:
+        return None, None, None
+    lo, hi = tango_interval(worse, better, n, confidence=confidence)
+    return 100 * (better - worse) / n, 100 * lo, 100 * hi
+
+
+def _accuracy(records: Records) -> float | None:
+    return _side_stats(records).accuracy
+
+
+def _control_test(
+    agreement: Agreement,
+    baseline: Records,
+    control: Records | None,
+    baseline_repeats: Sequence[Records],
+    tie_epsilon_nats: float,
+) -> ControlTest | None:
+    if control is not None:
+        source, other = "control", control
+    elif baseline_repeats:
+        source, other = "baseline-repeat", baseline_repeats[0]
+    else:
+        return None
+    ctrl = measure_agreement(_paired(baseline, other, source), tie_epsilon_nats=tie_epsilon_nats)
+    # Both sides are judged on the same basis, so a run without logprobs is compared fairly.
+    with_margins = agreement.has_margins or ctrl.has_margins
+    pd_count = agreement.n_corruption if with_margins else len(agreement.divergences)
+    ctrl_count = ctrl.n_corruption if with_margins else len(ctrl.divergences)
+    return ControlTest(
+        source=source,
+        basis="corruption-grade" if with_margins else "any-divergence",
+        pd_count=pd_count,
+        pd_pairs=agreement.n_pairs,
+        control_count=ctrl_count,
+        control_pairs=ctrl.n_pairs,
+        p_value=fisher_greater_p(pd_count, agreement.n_pairs, ctrl_count, ctrl.n_pairs),
+    )
+
+
+def compare_paired(
+    baseline_records: Records,
+    pd_records: Records,
+    *,
+    alpha: float = 0.05,
+    tie_epsilon_nats: float = 0.05,
+    margin_pts: float = 2.0,
+    baseline_repeats: Sequence[Records] = (),
+    pd_repeats: Sequence[Records] = (),
+    control: Records | None = None,
+    expected_accuracy: float | None = None,
+    expected_rtol: float = 0.05,
+) -> PairedComparison:
+    """Pair `pd_records` with `baseline_records` by question index and compute every statistic.
+
+    `baseline_repeats`/`pd_repeats` are further runs of the same configurations (jitter; the
+    first baseline repeat is the agreement control when `control` is not given). `margin_pts`
+    only sets which n the power summary asks for; the verdict reads its margin from the policy.
+    """
+    if not 0 < alpha < 0.5:
+        raise ConfigError(f"alpha must be in (0, 0.5), got {alpha}")
+    pairs = _paired(baseline_records, pd_records, "pd")
+    n = len(pairs)
+    worse = sum(b.correct and not p.correct for b, p in pairs)
+    better = sum(p.correct and not b.correct for b, p in pairs)
+    inv_worse = sum(p.invalid and not b.invalid for b, p in pairs)
+    inv_better = sum(b.invalid and not p.invalid for b, p in pairs)
+    confidence = 1 - alpha
+    delta, lo, hi = _pts_interval(worse, better, n, confidence)
+    # Invalid is bad, so its Δ counts PD-invalid pairs as the "increase" side.
+    d_inv, inv_lo, inv_hi = _pts_interval(inv_better, inv_worse, n, confidence)
+    agreement = measure_agreement(pairs, tie_epsilon_nats=tie_epsilon_nats)
+    pd_stats = _side_stats(pd_records)
+    compat = None
+    if expected_accuracy is not None and pd_stats.accuracy is not None:
+        compat = Compatibility(
+            expected_accuracy=expected_accuracy,
+            rtol=expected_rtol,
+            pd_accuracy=pd_stats.accuracy,
+            passed=abs(pd_stats.accuracy - expected_accuracy) < expected_rtol,
+        )
+    return PairedComparison(
+        alpha=alpha,
+        n_pairs=n,
+        worse=worse,
+        better=better,
+        baseline=_side_stats(baseline_records),
+        pd=pd_stats,
+        delta_pts=delta,
+        ci_low_pts=lo,
+        ci_high_pts=hi,
+        p_value=float(mcnemar_worse_p(worse, better)),
+        invalid_worse=inv_worse,
+        invalid_better=inv_better,
+        delta_invalid_pts=d_inv,
+        invalid_ci_low_pts=inv_lo,
+        invalid_ci_high_pts=inv_hi,
+        agreement=agreement,
+        control=_control_test(agreement, baseline_records, control, baseline_repeats, tie_epsilon_nats),
+        jitter=Jitter(
+            baseline_runs=tuple(a for r in (baseline_records, *baseline_repeats) if (a := _accuracy(r)) is not None),
+            pd_runs=tuple(a for r in (pd_records, *pd_repeats) if (a := _accuracy(r)) is not None),
+        ),
+        power=summarize_power(n_pairs=n, discordance=(worse + better) / n if n else 0.0, alpha=alpha, margin_pts=margin_pts),
+        compatibility=compat,
+    )
