@@ -177,21 +177,52 @@ def to_record(
 
 
 def _previous_records(out_path: Path, builder: PromptBuilder, indices: range) -> dict[int, QuestionRecord]:
-    """Records already in the file for these indices, after checking they were asked with our prompts."""
+    """Answered records already in the file for these indices, checked to be asked with our prompts.
+
+    Failed records (`ok=False`) in range, and a torn last line, are dropped from the file (rewritten
+    whole, then renamed over it), so failed questions are asked again without leaving two records
+    for one index.
+    """
     if not out_path.exists():
         return {}
+    kept: list[QuestionRecord] = []
     previous: dict[int, QuestionRecord] = {}
-    for record in read_records(out_path):
+    existing = read_records(out_path)
+    for record in existing:
         if record.index not in indices:
+            kept.append(record)
             continue
         if record.prompt_sha256 != prompt_sha256(builder.prompt(record.index)):
             raise ConfigError(
                 f"{out_path} holds question {record.index} asked with a different prompt (other style, shots or data); "
                 "resume it with the same settings or write to a new --out file"
             )
-        previous[record.index] = record
+        if record.ok and record.index not in previous:
+            previous[record.index] = record
+            kept.append(record)
+    if len(kept) != len(existing) or _ends_torn(out_path):
+        _rewrite(out_path, kept)
     logger.info("resuming %s: %d of %d questions already done", out_path, len(previous), len(indices))
     return previous
+
+
+def _ends_torn(path: Path) -> bool:
+    """True if the file ends inside a line (a kill mid-write): appending there would corrupt a record."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        if f.tell() == 0:
+            return False
+        f.seek(-1, 2)
+        return f.read(1) != b"\n"
+
+
+def _rewrite(path: Path, records: list[QuestionRecord]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    with RecordWriter(tmp) as writer:
+        for record in records:
+            writer.write(record)
+    tmp.replace(path)
 
 
 async def _preflight(
