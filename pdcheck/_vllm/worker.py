@@ -1,0 +1,213 @@
+"""Every vLLM and NIXL internal the plugin's worker side touches, checked at start-up.
+
+The plugin corrupts a decoder's freshly loaded KV (fault injection) and slows NIXL's progress
+thread. Both reach into internals that change between versions, so they are named only here,
+and :func:`check_worker_names` / :func:`missing_nixl_names` report every missing one at once.
+Callers get pdcheck's own :class:`LoadedRequest` records, never vLLM types (only torch
+tensors, which the in-place ops need).
+
+Facts behind the hook (vLLM 0.32, /work/shared/notes/injection-points.md):
+- `NixlBaseConnectorWorker.get_transfer_results()` runs in every worker (TP rank), on the
+  thread that runs the forward, after each step. It pops `_recving_metadata[req_id]` for the
+  receives that finished; failed receives are also in `finished_recving`.
+- The next forward that reads a finished receive's KV is in a later `execute_model`, so an
+  in-place change made in the hook always lands before the first read (on GPU, the ops are
+  queued on the current stream, after the step just launched).
+- `ReqMeta.local_block_ids` has one list per *transfer group* (not per kv_cache_group);
+  attention groups must be indexed with `local_physical_block_ids` (kernel blocks), SSM
+  groups with `local_block_ids` (one state block per request).
+- Cache groups overlay one allocation: block b of a Mamba layer and block b of an attention
+  layer are the same bytes, so each group's layers take only that group's ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from pdcheck.errors import VllmIncompatible
+
+__all__ = [
+    "NIXL_API_MODULES",
+    "LoadedGroup",
+    "LoadedRequest",
+    "check_worker_names",
+    "fixes_present",
+    "install_receive_hook",
+    "missing_nixl_names",
+    "vllm_version",
+    "wrap_nixl_agent",
+]
+
+_NIXL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker"
+_NIXL_METADATA_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata"
+_CONNECTOR_BASE_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.base"
+_KV_CACHE_INTERFACE_MODULE = "vllm.v1.kv_cache_interface"
+# Instance attributes of NixlBaseConnectorWorker the hook reads (set in __init__ or
+# register_kv_caches, so checked in the class source rather than on the class).
+_WORKER_ATTRS = ("_recving_metadata", "device_kv_caches", "kv_cache_config", "_group_spec_types", "tp_rank")
+_WRAPPED_MARK = "_pdcheck_wrapped"
+
+# The module that builds NIXL agents: nixl's top package re-exports one of these backends
+# (`nixl/__init__.py` puts the real one in sys.modules["nixl._api"]).
+NIXL_API_MODULES = ("nixl._api", "nixl_cu12._api", "nixl_cu13._api", "nixl_rocm._api")
+
+
+@dataclass(frozen=True)
+class LoadedGroup:
+    """One transfer group of a finished receive: the ids to index its layers with, and those layers."""
+
+    group_index: int
+    is_state: bool  # a Mamba/GDN state group (one whole-state block); False: attention
+    block_ids: tuple[int, ...]
+    tensors: tuple[Any, ...]  # each layer's registered KV tensor (torch), blocks on dim 0
+
+
+@dataclass(frozen=True)
+class LoadedRequest:
+    """A receive that finished without failure on one worker, before the model reads it."""
+
+    request_id: str
+    tp_rank: int
+    groups: tuple[LoadedGroup, ...]
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return str(getattr(vllm, "__version__", "unknown"))
+
+
+def fixes_present() -> dict[str, bool]:
+    """Which race fixes this vLLM has, for the activation marker (a vLLM before a fix lacks its names)."""
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    return {
+        "block-reuse": hasattr(Scheduler, "_drain_deferred_frees"),
+        "zeroing": "skip_zeroing_group_ids" in inspect.signature(KVCacheManager.allocate_slots).parameters,
+    }
+
+
+def check_worker_names() -> None:
+    """Raise VllmIncompatible naming every internal the injection hook needs that this vLLM lacks."""
+    missing: list[str] = []
+    worker_cls = _attr(_NIXL_WORKER_MODULE, "NixlBaseConnectorWorker", missing)
+    if worker_cls is not None:
+        method = getattr(worker_cls, "get_transfer_results", None)
+        if method is None or list(inspect.signature(method).parameters) != ["self"]:
+            missing.append("NixlBaseConnectorWorker.get_transfer_results(self)")
+        try:
+            source = inspect.getsource(worker_cls)
+        except (OSError, TypeError):
+            source = ""
+        missing += [f"NixlBaseConnectorWorker.{a}" for a in _WORKER_ATTRS if f"self.{a}" not in source]
+    _fields(_NIXL_METADATA_MODULE, "ReqMeta", ("local_block_ids", "local_physical_block_ids"), missing)
+    _fields(_CONNECTOR_BASE_MODULE, "KVConnectorTransferResults", ("finished_recving", "failed_recving"), missing)
+    _fields(_KV_CACHE_INTERFACE_MODULE, "KVCacheGroupSpec", ("layer_names",), missing)
+    config_cls = _attr(_KV_CACHE_INTERFACE_MODULE, "KVCacheConfig", missing)
+    if config_cls is not None and not hasattr(config_cls, "transfer_groups"):
+        missing.append("KVCacheConfig.transfer_groups")
+    _attr(_KV_CACHE_INTERFACE_MODULE, "AttentionSpec", missing)
+    _attr(_KV_CACHE_INTERFACE_MODULE, "MambaSpec", missing)
+    if missing:
+        raise VllmIncompatible(vllm_version(), list(dict.fromkeys(missing)))
+
+
+def install_receive_hook(on_loaded: Callable[[list[LoadedRequest]], None]) -> None:
+    """Call `on_loaded` with every receive that just finished, in the worker, before any forward reads it.
+
+    Wraps `NixlBaseConnectorWorker.get_transfer_results` at class level, so it must run before
+    the connector is built (vLLM loads general plugins in the worker before that). Idempotent.
+    """
+    worker_cls = importlib.import_module(_NIXL_WORKER_MODULE).NixlBaseConnectorWorker
+    original = worker_cls.get_transfer_results
+    if getattr(original, _WRAPPED_MARK, False):
+        return
+
+    @functools.wraps(original)
+    def get_transfer_results(self):
+        # The original pops each finished request's metadata, so copy the dict first.
+        pending = dict(self._recving_metadata)
+        results = original(self)
+        loaded = results.finished_recving - results.failed_recving
+        if loaded:
+            on_loaded([_loaded_request(self, rid, pending[rid]) for rid in sorted(loaded) if rid in pending])
+        return results
+
+    setattr(get_transfer_results, _WRAPPED_MARK, True)
+    worker_cls.get_transfer_results = get_transfer_results
+
+
+def _loaded_request(worker: Any, request_id: str, meta: Any) -> LoadedRequest:
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+
+    groups = []
+    for g, group in enumerate(worker.kv_cache_config.transfer_groups):
+        spec_type = worker._group_spec_types[g]
+        if issubclass(spec_type, MambaSpec):
+            is_state, ids = True, meta.local_block_ids[g]
+        elif issubclass(spec_type, AttentionSpec):
+            is_state, ids = False, meta.local_physical_block_ids[g]
+        else:  # neither attention nor a state: nothing we know how to corrupt
+            continue
+        # Layers that share another layer's cache have no registered tensor of their own.
+        tensors = tuple(worker.device_kv_caches[n] for n in group.layer_names if n in worker.device_kv_caches)
+        groups.append(LoadedGroup(group_index=g, is_state=is_state, block_ids=tuple(ids), tensors=tensors))
+    return LoadedRequest(request_id=request_id, tp_rank=int(worker.tp_rank), groups=tuple(groups))
+
+
+def missing_nixl_names(api_module: ModuleType) -> list[str]:
+    """Names `wrap_nixl_agent` needs in a NIXL `_api` module that it lacks."""
+    bind = getattr(api_module, "nixlBind", None)
+    if bind is None:
+        return [f"{api_module.__name__}.nixlBind"]
+    missing = [f"nixlBind.{n}" for n in ("nixlAgent", "nixlAgentConfig") if not hasattr(bind, n)]
+    if not missing and not hasattr(bind.nixlAgentConfig(), "pthrDelay"):
+        missing.append("nixlBind.nixlAgentConfig.pthrDelay")
+    return missing
+
+
+def wrap_nixl_agent(api_module: ModuleType, *, pthr_delay_us: int) -> None:
+    """Make every NIXL agent built through `api_module` use `pthr_delay_us` for its progress thread.
+
+    `nixl_agent.__init__` hard-codes `pthrDelay = 0` on the config it passes to
+    `nixlBind.nixlAgent(name, config)`, so the wrapper sets it on the way in. Idempotent.
+    """
+    bind = api_module.nixlBind
+    original = bind.nixlAgent
+    if getattr(original, _WRAPPED_MARK, False):
+        return
+
+    def nixl_agent(name, config, *args, **kwargs):
+        config.pthrDelay = pthr_delay_us
+        return original(name, config, *args, **kwargs)
+
+    setattr(nixl_agent, _WRAPPED_MARK, True)
+    bind.nixlAgent = nixl_agent
+
+
+def _attr(module_name: str, name: str, missing: list[str]) -> Any:
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        missing.append(f"{module_name} ({exc})")
+        return None
+    value = getattr(module, name, None)
+    if value is None:
+        missing.append(f"{module_name}.{name}")
+    return value
+
+
+def _fields(module_name: str, cls_name: str, names: tuple[str, ...], missing: list[str]) -> None:
+    cls = _attr(module_name, cls_name, missing)
+    if cls is None:
+        return
+    present = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    missing += [f"{cls_name}.{n}" for n in names if n not in present]

@@ -1,0 +1,75 @@
+"""Turn the plugin's environment into patches in this vLLM process, then leave a marker.
+
+Runs inside `register()`, in every vLLM process (API server, engine core, workers, the model
+inspection subprocess). Order matters: the NIXL delay hook goes first, because checking the
+worker internals imports vLLM's NIXL connector, which imports NIXL. Every error propagates:
+vLLM lets an exception from `register()` kill start-up, which is what an arm that asked for a
+switch and would silently run without it needs.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Mapping
+
+from pdcheck.vllm_plugin.settings import PluginSettings, parse_settings
+
+__all__ = ["activate"]
+
+logger = logging.getLogger(__name__)
+
+
+def activate(environ: Mapping[str, str]) -> list[str]:
+    """Apply every switch `environ` asks for; return them as the marker lists them."""
+    from pdcheck._vllm import worker
+
+    settings = parse_settings(environ)
+    applied: list[str] = []
+    if settings.nixl_pthr_delay_us is not None:
+        from pdcheck.vllm_plugin.nixl_delay import install_nixl_delay
+
+        install_nixl_delay(settings.nixl_pthr_delay_us, describe_version=lambda: _versions(worker.vllm_version()))
+        applied.append(f"nixl-pthr-delay-us={settings.nixl_pthr_delay_us}")
+    if settings.disable_fixes is not None:
+        from pdcheck.vllm_plugin import switches
+
+        applied += switches.install_from_env(environ)
+    if settings.trace_dir is not None:
+        from pdcheck.vllm_plugin import trace_recorder
+
+        if trace_recorder.install_from_env(environ):
+            applied.append(f"trace={settings.trace_dir}")
+    if settings.inject is not None:
+        _install_injection(settings)
+        applied.append(settings.inject.describe())
+    if settings.plugin_dir is not None:
+        from pdcheck.vllm_plugin.marker import write_activation_marker
+
+        path = write_activation_marker(
+            settings.plugin_dir,
+            vllm_version=worker.vllm_version(),
+            switches=applied,
+            fixes_present=worker.fixes_present(),
+        )
+        logger.info("pdcheck plugin active (%s); marker %s", ", ".join(applied) or "marker only", path)
+    return applied
+
+
+def _install_injection(settings: PluginSettings) -> None:
+    from pdcheck._vllm.worker import check_worker_names, install_receive_hook
+    from pdcheck.vllm_plugin.inject import Injector
+    from pdcheck.vllm_plugin.marker import InjectionLog
+
+    assert settings.inject is not None and settings.plugin_dir is not None  # parse_settings guarantees both
+    check_worker_names()
+    install_receive_hook(Injector(settings.inject, InjectionLog(settings.plugin_dir)).on_loaded)
+
+
+def _versions(vllm_version: str) -> str:
+    """`0.32.0 with nixl 1.5.1`: the version string VllmIncompatible names when NIXL's internals differ."""
+    try:
+        nixl = importlib.metadata.version("nixl")
+    except importlib.metadata.PackageNotFoundError:
+        nixl = "unknown"
+    return f"{vllm_version} with nixl {nixl}"

@@ -1,0 +1,84 @@
+"""What the plugin leaves in `PDCHECK_PLUGIN_DIR`: activation markers and the injection log.
+
+vLLM logs and skips a plugin whose import fails, so "the plugin was loaded" cannot be taken on
+trust. Every vLLM process the plugin activates in writes `activation-<pid>.json`, and serving
+checks for the markers before trusting an arm that needs the plugin. Every injected request
+gets one line in `injections.jsonl`, which the analysis matches against the flagged questions
+(detection precision, not just detection).
+
+Several vLLM processes (and TP ranks) write into one folder at once: markers are written to a
+temporary name and renamed, and each log line is one `write()` on an O_APPEND descriptor, so
+lines never interleave.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["ACTIVATION_GLOB", "INJECTIONS_FILE", "InjectionLog", "InjectionRecord", "write_activation_marker"]
+
+SCHEMA_VERSION = 1
+ACTIVATION_GLOB = "activation-*.json"
+INJECTIONS_FILE = "injections.jsonl"
+
+
+def write_activation_marker(
+    plugin_dir: Path, *, vllm_version: str, switches: Sequence[str], fixes_present: dict[str, bool] | None
+) -> Path:
+    """Write `activation-<pid>.json` atomically and return its path."""
+    plugin_dir.mkdir(parents=True, exist_ok=True)
+    pid = os.getpid()
+    marker = {
+        "schema_version": SCHEMA_VERSION,
+        "pid": pid,
+        "process_name": multiprocessing.current_process().name,
+        "vllm_version": vllm_version,
+        "switches": list(switches),
+        "fixes_present": fixes_present,
+        "t": time.time(),
+    }
+    path = plugin_dir / f"activation-{pid}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(marker, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+@dataclass(frozen=True)
+class InjectionRecord:
+    """One injected request on one worker (TP rank): which request, which fault, which blocks."""
+
+    x_request_id: str  # the client's X-Request-Id; analysis maps `-q(\d+)$` to the question index
+    request_id: str  # vLLM's internal request id on the worker
+    kind: str
+    fraction: float
+    seed: int
+    blocks: list[list[int]]  # per transfer group, the block ids overwritten (empty: group untouched)
+    pid: int
+    tp_rank: int
+    t: float
+
+    def to_dict(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
+
+
+class InjectionLog:
+    """Appends :class:`InjectionRecord` lines to `<plugin_dir>/injections.jsonl`."""
+
+    def __init__(self, plugin_dir: Path):
+        plugin_dir.mkdir(parents=True, exist_ok=True)
+        self.path = plugin_dir / INJECTIONS_FILE
+
+    def append(self, record: InjectionRecord) -> None:
+        line = (json.dumps(record.to_dict(), separators=(",", ":")) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)

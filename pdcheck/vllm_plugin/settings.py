@@ -1,0 +1,147 @@
+"""The plugin's environment contract, parsed and checked before anything is patched.
+
+Serving sets these variables on vLLM server processes (docs/vllm-plugin.md lists them). A bad
+value raises :class:`pdcheck.errors.ConfigError` from ``register()``, which kills the server's
+start-up: an arm that asked for a fault and silently got none would "prove" detection wrong.
+Pure: no vLLM, no torch, so it is unit-tested in milliseconds.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pdcheck.errors import ConfigError
+
+__all__ = [
+    "DISABLE_FIXES_VAR",
+    "INJECT_SEED_VAR",
+    "INJECT_VAR",
+    "NIXL_PTHR_DELAY_VAR",
+    "PLUGIN_DIR_VAR",
+    "PLUGIN_VARS",
+    "TRACE_DIR_VAR",
+    "InjectKind",
+    "InjectSpec",
+    "PluginSettings",
+    "parse_settings",
+]
+
+logger = logging.getLogger(__name__)
+
+DISABLE_FIXES_VAR = "PDCHECK_DISABLE_FIXES"
+INJECT_VAR = "PDCHECK_INJECT"
+INJECT_SEED_VAR = "PDCHECK_INJECT_SEED"
+TRACE_DIR_VAR = "PDCHECK_TRACE_DIR"
+NIXL_PTHR_DELAY_VAR = "PDCHECK_NIXL_PTHR_DELAY_US"
+PLUGIN_DIR_VAR = "PDCHECK_PLUGIN_DIR"
+# Only these switch the plugin on. Other PDCHECK_* variables (PDCHECK_CACHE_DIR,
+# PDCHECK_GSM8K_DIR) configure the orchestrator and may well be set in a vLLM server's env.
+PLUGIN_VARS = (DISABLE_FIXES_VAR, INJECT_VAR, INJECT_SEED_VAR, TRACE_DIR_VAR, NIXL_PTHR_DELAY_VAR, PLUGIN_DIR_VAR)
+
+# One second: far beyond any useful progress-thread sleep, so a larger value is a typo.
+MAX_NIXL_PTHR_DELAY_US = 1_000_000
+
+
+class InjectKind(enum.StrEnum):
+    """The fault written into a decoder's loaded KV, named after the race whose effect it has."""
+
+    ZERO_LOADED_KV = "zero-loaded-kv"  # the zeroing race: loaded attention blocks end up zero
+    STALE_KV = "stale-kv"  # the block-reuse race: loaded blocks hold another request's content
+
+
+@dataclass(frozen=True)
+class InjectSpec:
+    """`PDCHECK_INJECT=<kind>:<fraction>` with `PDCHECK_INJECT_SEED`."""
+
+    kind: InjectKind
+    fraction: float
+    seed: int
+
+    def describe(self) -> str:
+        """The switch as the activation marker lists it."""
+        return f"inject={self.kind.value}:{self.fraction:g}:seed={self.seed}"
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    """Everything the plugin was asked to do in this process."""
+
+    inject: InjectSpec | None = None
+    nixl_pthr_delay_us: int | None = None
+    plugin_dir: Path | None = None
+    disable_fixes: str | None = None  # parsed by the race harness's switches module
+    trace_dir: str | None = None  # read by the trace recorder
+
+
+def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
+    """Read the plugin variables from `environ`; raise ConfigError naming the variable and what is allowed."""
+    plugin_dir = _non_empty(environ, PLUGIN_DIR_VAR)
+    inject = _parse_inject(environ)
+    if inject is not None and plugin_dir is None:
+        raise ConfigError(
+            f"{INJECT_VAR} is set but {PLUGIN_DIR_VAR} is not: the injection log in that folder is how "
+            "the analysis knows which questions were corrupted. Set it to a writable folder."
+        )
+    return PluginSettings(
+        inject=inject,
+        nixl_pthr_delay_us=_parse_delay(environ),
+        plugin_dir=Path(plugin_dir) if plugin_dir is not None else None,
+        disable_fixes=_non_empty(environ, DISABLE_FIXES_VAR),
+        trace_dir=_non_empty(environ, TRACE_DIR_VAR),
+    )
+
+
+def _non_empty(environ: Mapping[str, str], name: str) -> str | None:
+    value = environ.get(name, "").strip()
+    return value or None
+
+
+def _parse_inject(environ: Mapping[str, str]) -> InjectSpec | None:
+    raw = _non_empty(environ, INJECT_VAR)
+    raw_seed = _non_empty(environ, INJECT_SEED_VAR)
+    if raw is None:
+        if raw_seed is not None:
+            logger.warning("%s=%s is set without %s; nothing will be injected", INJECT_SEED_VAR, raw_seed, INJECT_VAR)
+        return None
+    allowed = ", ".join(k.value for k in InjectKind)
+    usage = f"expected <kind>:<fraction> with kind one of {allowed} and fraction in [0, 1], e.g. zero-loaded-kv:0.5"
+    kind_text, sep, fraction_text = raw.partition(":")
+    try:
+        kind = InjectKind(kind_text.strip())
+    except ValueError:
+        raise ConfigError(f"{INJECT_VAR}={raw!r}: unknown kind {kind_text!r}; {usage}") from None
+    if not sep:
+        raise ConfigError(f"{INJECT_VAR}={raw!r}: the fraction is missing; {usage}")
+    try:
+        fraction = float(fraction_text)
+    except ValueError:
+        raise ConfigError(f"{INJECT_VAR}={raw!r}: fraction {fraction_text!r} is not a number; {usage}") from None
+    if not 0.0 <= fraction <= 1.0:  # also rejects nan
+        raise ConfigError(f"{INJECT_VAR}={raw!r}: fraction {fraction_text} is outside [0, 1]; {usage}")
+    seed = 0
+    if raw_seed is not None:
+        try:
+            seed = int(raw_seed)
+        except ValueError:
+            raise ConfigError(f"{INJECT_SEED_VAR}={raw_seed!r}: expected an integer seed") from None
+    return InjectSpec(kind=kind, fraction=fraction, seed=seed)
+
+
+def _parse_delay(environ: Mapping[str, str]) -> int | None:
+    raw = _non_empty(environ, NIXL_PTHR_DELAY_VAR)
+    if raw is None:
+        return None
+    try:
+        delay = int(raw)
+    except ValueError:
+        delay = -1
+    if not 0 <= delay <= MAX_NIXL_PTHR_DELAY_US:
+        raise ConfigError(
+            f"{NIXL_PTHR_DELAY_VAR}={raw!r}: expected a whole number of microseconds in "
+            f"[0, {MAX_NIXL_PTHR_DELAY_US}] (1000 is what serving uses on CPU; 0 is NIXL's busy-polling default)"
+        )
+    return delay

@@ -1,0 +1,50 @@
+"""Activation markers and the injection log: complete JSON, one line per record, even from many processes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+
+from pdcheck.vllm_plugin.marker import InjectionLog, InjectionRecord, write_activation_marker
+
+
+def test_activation_marker_has_the_contract_fields(tmp_path):
+    """`activation-<pid>.json` carries pid, process name, vLLM version, switches, fixes present."""
+    path = write_activation_marker(tmp_path / "new", vllm_version="0.32.0", switches=["inject=stale-kv:0.5:seed=1"],
+                                   fixes_present={"block-reuse": True, "zeroing": False})
+    assert path.name == f"activation-{os.getpid()}.json"
+    marker = json.loads(path.read_text())
+    assert marker["pid"] == os.getpid() and marker["process_name"] == "MainProcess"
+    assert marker["vllm_version"] == "0.32.0" and marker["switches"] == ["inject=stale-kv:0.5:seed=1"]
+    assert marker["fixes_present"] == {"block-reuse": True, "zeroing": False}
+    assert marker["schema_version"] == 1
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left behind
+
+
+def _record(i: int) -> InjectionRecord:
+    return InjectionRecord(x_request_id=f"pd-q{i:05d}", request_id=f"cmpl-pd-q{i:05d}-0-abcdef01", kind="zero-loaded-kv",
+                           fraction=0.5, seed=1, blocks=[[i, i + 1] * 50], pid=os.getpid(), tp_rank=0, t=1.0)
+
+
+def _append_many(plugin_dir, start):
+    log = InjectionLog(plugin_dir)
+    for i in range(start, start + 200):
+        log.append(_record(i))
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    """Four processes (like four TP ranks) appending at once leave 800 whole, parseable lines."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append_many, args=(tmp_path, k * 1000)) for k in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    lines = (tmp_path / "injections.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert len(records) == 800
+    assert {r["x_request_id"] for r in records} == {f"pd-q{k * 1000 + i:05d}" for k in range(4) for i in range(200)}
+    assert set(records[0]) == {"schema_version", "x_request_id", "request_id", "kind", "fraction", "seed", "blocks",
+                               "pid", "tp_rank", "t"}

@@ -1,0 +1,51 @@
+"""register() costs nothing when unused and fails start-up, before importing vLLM, on a bad variable."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+_PROBE = """
+import os, sys, time
+t = time.perf_counter()
+from pdcheck.vllm_plugin import register
+try:
+    register()
+    register()
+    outcome = "ok"
+except Exception as exc:
+    outcome = type(exc).__name__ + ": " + str(exc)
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("vllm", "torch", "nixl"))
+print(repr((outcome, heavy, time.perf_counter() - t)))
+"""
+
+
+def _probe(env: dict[str, str]) -> tuple[str, list[str], float]:
+    base = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("PDCHECK_", "VLLM_"))}
+    out = subprocess.run([sys.executable, "-c", _PROBE], env={**base, **env}, capture_output=True, text=True, check=True)
+    return eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr
+
+
+def test_no_plugin_variable_is_a_fast_no_op(tmp_path):
+    """Without plugin variables (other PDCHECK_* ones don't count) register() imports nothing heavy and writes nothing."""
+    outcome, heavy, seconds = _probe({"PDCHECK_CACHE_DIR": str(tmp_path), "PDCHECK_GSM8K_DIR": str(tmp_path)})
+    assert outcome == "ok" and heavy == []
+    assert seconds < 1.0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_injection_fails_registration_before_vllm_is_imported(tmp_path):
+    """`PDCHECK_INJECT=melt:2` raises ConfigError from register() (which kills vLLM start-up)."""
+    outcome, heavy, _ = _probe({"PDCHECK_INJECT": "melt:2", "PDCHECK_PLUGIN_DIR": str(tmp_path)})
+    assert outcome.startswith("ConfigError: PDCHECK_INJECT='melt:2'")
+    assert "zero-loaded-kv, stale-kv" in outcome
+    assert heavy == []
+    assert list(tmp_path.iterdir()) == []  # no marker: the plugin did not activate
+
+
+def test_entry_point_is_declared():
+    """vLLM finds the plugin through the `vllm.general_plugins` entry point named `pdcheck`."""
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="vllm.general_plugins") if e.name == "pdcheck"]
+    assert ep.value == "pdcheck.vllm_plugin:register"
