@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdcheck.config import EvalSettings
+from pdcheck.errors import ConfigError
 from pdcheck.evals.dataset import Example, TaskData
 
 VLLM_STOP = ("Question", "Assistant:", "<|separator|>")
@@ -85,7 +86,7 @@ class PromptBuilder:
 
     def __init__(self, task: TaskData, options: PromptOptions):
         if options.shots > len(task.train):
-            raise ValueError(f"{options.shots} shots need {options.shots} train items; {task.task} has {len(task.train)}")
+            raise ConfigError(f"{options.shots} shots need {options.shots} train items; {task.task} has {len(task.train)}")
         self.task = task
         self.options = options
         self._shared_prefix = "".join(format_shot(ex) for ex in task.train[: options.shots])
