@@ -1,6 +1,147 @@
-"""`pdcheck sweep`."""
+"""`pdcheck sweep` and `pdcheck merge`: parse, one library call, render with rich."""
 
-from pdcheck.cli._common import not_built
+from __future__ import annotations
 
-sweep = not_built("sweep", "Sweep engine")
-merge = not_built("merge", "Sweep engine")
+from pathlib import Path
+
+import click
+from rich.live import Live
+from rich.table import Table
+
+from pdcheck.cli._common import console, err_console
+from pdcheck.errors import ConfigError, ExitCode
+
+EXIT_CODES_HELP = """
+\b
+Exit codes:
+  0  every cell PASS and every canary flagged (and the race harness clean)
+  1  a REGRESSION or SUSPECT, or a canary that was not flagged (or race findings)
+  2  infra error: servers failed, no KV transferred, the harness could not run
+  3  bad sweep file or options; nothing was started
+When both 1 and 2 apply, the exit code is 1.
+"""
+
+
+def _render_report():
+    """The report layer's renderer, if it has one (looked up late: report sits above sweep)."""
+    try:
+        from pdcheck.report import render_markdown
+    except ImportError:
+        return None
+    return render_markdown
+
+
+@click.command(help="Run a sweep: each cell's PD topology against its no-PD baseline at every "
+               "concurrency level, with verdicts, into a results folder.\n\nFILE is a sweep file or a shipped "
+               "sweep's name; without it, sweeps/default-gpu.yaml on GPU machines, else sweeps/cpu-smoke.yaml.\n"
+               + EXIT_CODES_HELP)
+@click.argument("file", required=False)
+@click.option("--out", type=click.Path(path_type=Path), help="Results folder (new). Default: pdcheck-results/<sweep>-<time>.")
+@click.option("--resume", type=click.Path(path_type=Path), help="Continue an interrupted run folder: only missing units run.")
+@click.option("--shard", metavar="I/N", help="Run shard I of N (1-based; cells split by id hash). Join with `pdcheck merge`.")
+@click.option("--only", multiple=True, metavar="NAME|ID", help="Only these cells (repeatable).")
+@click.option("-k", "keyword", metavar="EXPR", help="Only cells whose name matches: words joined by 'and', 'not word'.")
+@click.option("--dry-run", is_flag=True, help="Print the cells and every server's argv and env; start nothing.")
+@click.option("--check-argv/--no-check-argv", default=True, show_default=True,
+              help="With --dry-run: run each distinct `vllm serve` argv through vLLM's own parser.")
+@click.option("--early-stop", is_flag=True, help="Skip a cell's higher concurrency levels once one is flagged.")
+@click.option("--continue-on-error/--fail-fast", default=True, show_default=True,
+              help="On an infra failure, mark that cell INFRA-ERROR and go on, or stop the sweep.")
+@click.option("--baseline-url", help="Attach mode: your running no-PD baseline server.")
+@click.option("--pd-url", help="Attach mode: your running PD endpoint (proxy or router).")
+@click.option("--decoder-metrics-url", multiple=True, help="Attach mode: a decoder's /metrics (repeatable) for KV evidence.")
+def sweep(file, out, resume, shard, only, keyword, dry_run, check_argv, early_stop, continue_on_error,
+          baseline_url, pd_url, decoder_metrics_url) -> None:
+    from pdcheck.sweep.engine import SweepOptions
+    from pdcheck.sweep.run import Attach, SweepRequest, default_sweep_file, parse_shard, prepare, run_sweep
+
+    if (baseline_url is None) != (pd_url is None):
+        raise ConfigError("attach mode needs both --baseline-url and --pd-url")
+    if decoder_metrics_url and baseline_url is None:
+        raise ConfigError("--decoder-metrics-url is for attach mode; give --baseline-url and --pd-url too")
+    if file is None and resume is None:
+        from pdcheck.serving.gpus import read_inventory
+
+        gpus = read_inventory().count
+        file = default_sweep_file(has_gpus=gpus > 0)
+        err_console.print(f"No sweep file given: using sweeps/{file}.yaml ({gpus} GPU(s) found).")
+    attach = None
+    if baseline_url is not None:
+        from pdcheck.serving.topology import attach as check_attach
+
+        endpoints = check_attach(baseline_url=baseline_url, pd_url=pd_url, decoder_metrics_urls=decoder_metrics_url)
+        attach = Attach(endpoints.baseline_url, endpoints.pd_url, endpoints.decoder_metrics_urls)
+    request = SweepRequest(
+        file=file, out=out, resume=resume, shard=parse_shard(shard) if shard else None, only=only, keyword=keyword,
+        attach=attach, options=SweepOptions(continue_on_error=continue_on_error, early_stop=early_stop),
+    )
+    if dry_run:
+        from pdcheck.sweep.dryrun import dry_run as plan_dry_run
+
+        result = plan_dry_run(prepare(request), check_argv=check_argv)
+        console.print(result.text, markup=False, highlight=False, soft_wrap=True)
+        raise click.exceptions.Exit(int(ExitCode.CONFIG if result.problems else ExitCode.OK))
+    with LiveDisplay() as display:
+        result = run_sweep(request, on_event=display.update, render_report=_render_report())
+    print_summary(result.summary, result.root)
+    raise click.exceptions.Exit(int(result.exit_code))
+
+
+@click.command(help="Join sharded result folders (from `pdcheck sweep --shard i/n`) into one.\n" + EXIT_CODES_HELP)
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="The merged folder (new).")
+def merge(dirs, out) -> None:
+    from pdcheck.sweep.merge import merge_runs
+
+    results = merge_runs(list(dirs), out, render_report=_render_report())
+    print_summary(results.summary or {}, out)
+    raise click.exceptions.Exit(int((results.summary or {}).get("exit_code", ExitCode.INFRA)))
+
+
+_STYLE = {"pass": "green", "fail": "bold red", "infra": "yellow", "inconclusive": "cyan"}
+
+
+class LiveDisplay:
+    """Cells done/total, current cell and phase, questions/s, ETA and verdicts so far, live."""
+
+    def __init__(self):
+        self._live = Live(Table(), console=console, refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> LiveDisplay:
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._live.__exit__(*exc)
+
+    def update(self, event) -> None:
+        if event.kind in ("planned", "unit-done", "verdict", "failure", "race"):
+            console.print(f"[dim]{event.elapsed_s:7.0f}s[/dim] {event.message}", markup=True, highlight=False)
+        if event.kind == "record" and event.questions_done % 10:
+            return  # redraw every 10 questions, not every one
+        table = Table.grid(padding=(0, 2))
+        eta = "?" if event.eta_s is None else f"{event.eta_s / 60:.1f} min"
+        verdicts = ", ".join(f"{k} {v}" for k, v in sorted(event.verdicts.items())) or "none yet"
+        table.add_row("cells", f"{event.cells_done}/{event.cells_total}", "server starts", str(event.server_starts))
+        table.add_row("now", f"{event.current_cell or '-'}: {event.phase or '-'}", "", "")
+        table.add_row("questions", f"{event.questions_done}/{event.questions_total} "
+                      f"({event.questions_per_s:.1f} q/s)", "ETA", eta)
+        table.add_row("verdicts", verdicts, "", "")
+        self._live.update(table)
+
+
+def print_summary(summary: dict, root: Path) -> None:
+    """One line per cell and concurrency, then where the results are and the exit code."""
+    table = Table(title=f"sweep {summary.get('sweep')}", show_lines=False)
+    for column in ("cell", "c", "verdict", "status", "reason"):
+        table.add_column(column, overflow="fold")
+    for cell in summary.get("cells", []):
+        for r in cell["results"]:
+            style = _STYLE.get(r["status"], "")
+            name = cell["name"] + (" (canary)" if cell["canary"] else "")
+            table.add_row(name, str(r["concurrency"]), r["verdict"], f"[{style}]{r['status']}[/{style}]", r["reason"])
+    console.print(table)
+    race = summary.get("race")
+    if race:
+        console.print(f"race harness: {race.get('status')} ({race.get('reason')})")
+    console.print(f"results: {root}  exit code {summary.get('exit_code')}")

@@ -74,7 +74,7 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     with open(path, encoding="utf-8") as f:
@@ -179,7 +179,7 @@ class CellStore:
     def copy_baseline_unit(self, source: CellStore, concurrency: int, repeat: int) -> None:
         """Reuse another cell's finished baseline unit (same `Cell.baseline_key()` and vLLM)."""
         src = source.dir / unit_rel("baseline", concurrency, repeat)
-        data = _read_json(src / "summary.json")
+        data = read_json(src / "summary.json")
         if data is None:
             raise FileNotFoundError(f"baseline unit {src} has no summary.json; it is not done")
         dst = self.unit_dir("baseline", concurrency, repeat)
@@ -220,7 +220,7 @@ class RunStore:
                environment: dict[str, Any], shard: tuple[int, int] | None = None) -> RunStore:
         store = cls(Path(root), provenance)
         store.root.mkdir(parents=True, exist_ok=True)
-        existing = _read_json(store.root / "run.json")
+        existing = read_json(store.root / "run.json")
         body = {
             "sweep": sweep, "environment": environment,
             "started": existing["started"] if existing else now_iso(),
@@ -251,7 +251,7 @@ class RunStore:
 
     def finish(self, summary: dict[str, Any]) -> None:
         """Stamp run.json finished, then write summary.json, last of all."""
-        run = _read_json(self.root / "run.json") or {}
+        run = read_json(self.root / "run.json") or {}
         run["finished"] = now_iso()
         write_json_atomic(self.root / "run.json", run)
         write_json_atomic(self.root / "summary.json", self.provenance.stamp() | summary)
@@ -380,8 +380,8 @@ class RunResults:
 
 
 def _load_unit(path: Path, side: str, concurrency: int, repeat: int) -> UnitResult:
-    summary = _read_json(path / "summary.json")
-    failure = _read_json(path / "failure.json")
+    summary = read_json(path / "summary.json")
+    failure = read_json(path / "failure.json")
     return UnitResult(
         side=side, concurrency=concurrency, repeat=repeat, dir=path,
         summary=summary["summary"] if summary else None,
@@ -397,7 +397,7 @@ def _int_suffix(name: str, prefix: str) -> int | None:
 
 
 def load_cell(path: Path) -> CellResult:
-    meta = _read_json(path / "cell.json") or {}
+    meta = read_json(path / "cell.json") or {}
     name, _, cell_id = path.name.rpartition("--")
     units = []
     for side in SIDES:
@@ -409,14 +409,14 @@ def load_cell(path: Path) -> CellResult:
                     units.append(_load_unit(rdir, side, c, r))
     kv = {}
     for kfile in sorted((path / "kv").glob("c*-r*.json")):
-        data = _read_json(kfile) or {}
+        data = read_json(kfile) or {}
         kv[(data["concurrency"], data["repeat"])] = data.get("kv", {})
     verdicts = {}
     for vfile in sorted((path / "verdicts").glob("c*.json")):
-        data = _read_json(vfile) or {}
+        data = read_json(vfile) or {}
         verdicts[data["concurrency"]] = VerdictEntry(data["concurrency"], data.get("verdict", {}),
                                                      data.get("comparison"), data.get("outcome", {}))
-    failure = _read_json(path / "failure.json")
+    failure = read_json(path / "failure.json")
     return CellResult(
         dirname=path.name, name=meta.get("name", name), id=meta.get("id", cell_id),
         resolved=meta.get("resolved", {}), servers=meta.get("servers", {}),
@@ -431,7 +431,7 @@ def load_cell(path: Path) -> CellResult:
 def load_run(root: str | Path) -> RunResults:
     """Read a run folder (finished, interrupted or merged). Raises FileNotFoundError without run.json."""
     root = Path(root)
-    run = _read_json(root / "run.json")
+    run = read_json(root / "run.json")
     if run is None:
         raise FileNotFoundError(f"{root} is not a pdcheck run folder: it has no run.json")
     info = RunInfo(
@@ -441,6 +441,6 @@ def load_run(root: str | Path) -> RunResults:
         merged_from=tuple(run.get("merged_from", ())),
     )
     cells = tuple(load_cell(p) for p in sorted((root / "cells").glob("*--*")) if p.is_dir())
-    race = _read_json(root / "race" / "summary.json")
+    race = read_json(root / "race" / "summary.json")
     return RunResults(info=info, cells=cells, race=race.get("race") if race else None,
-                      summary=_read_json(root / "summary.json"))
+                      summary=read_json(root / "summary.json"))

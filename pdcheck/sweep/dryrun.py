@@ -1,0 +1,60 @@
+"""`pdcheck sweep --dry-run`: the resolved cells and the exact argv and env of every server.
+
+Starts nothing. When the arm's python can import vLLM, each `vllm serve` argv is also run
+through vLLM's own argument parser (in a subprocess of that python) and problems are listed.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from pdcheck.sweep.plan import pack, plan_jobs
+from pdcheck.sweep.run import PreparedSweep
+
+
+@dataclass(frozen=True)
+class DryRun:
+    text: str
+    problems: tuple[str, ...]
+    jobs: int
+
+
+def dry_run(prepared: PreparedSweep, *, check_argv: bool = True) -> DryRun:
+    from pdcheck.serving.check import check_serve_argv
+    from pdcheck.serving.environment import probe_vllm
+    from pdcheck.sweep.serving_backend import ServingBackend
+
+    backend = ServingBackend.for_cells(prepared.cells)
+    jobs = plan_jobs(list(prepared.cells), build_fingerprint=lambda c: str(backend.provenance(c)))
+    waves = pack(jobs, gpu_indices=backend.gpu_indices)
+    lines = [f"# sweep {prepared.spec.name} ({prepared.path}), {len(prepared.cells)} cells, "
+             f"{len(jobs)} server starts in {len(waves)} waves; results would go to {prepared.out}"]
+    problems: list[str] = []
+    checked: dict[str, bool] = {}
+    seen: dict[tuple, list[str]] = {}
+    for cell in prepared.cells:
+        lines += ["", f"## {cell.name}  id {cell.id}  canary={cell.arm.canary}  concurrency={list(cell.concurrency)}"]
+        plan = backend.plan(cell, cell_dir=prepared.out / "cells" / cell.dirname)
+        lines.append(plan.render())
+        python = (cell.environment.python if cell.environment else None) or sys.executable
+        if not check_argv:
+            continue
+        if python not in checked:
+            checked[python] = probe_vllm(python).vllm_version is not None
+        if not checked[python]:
+            lines.append(f"# argv not checked: {python} cannot import vllm")
+            continue
+        for server in plan.servers:
+            # One parser run per distinct command line: ports differ, the flags mostly do not.
+            key = (python, _without_port(server.argv))
+            if key not in seen:
+                seen[key] = check_serve_argv(list(server.argv), python)
+            problems += [f"{cell.name} {server.name}: {p}" for p in seen[key]]
+    if problems:
+        lines += ["", "# problems found by vLLM's argument parser:", *(f"- {p}" for p in problems)]
+    return DryRun("\n".join(lines), tuple(problems), len(jobs))
+
+
+def _without_port(argv: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple("PORT" if i > 0 and argv[i - 1] == "--port" else a for i, a in enumerate(argv))

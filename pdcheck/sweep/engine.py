@@ -1,0 +1,254 @@
+"""Run a sweep plan: start each topology once, run its units into the store, judge every cell.
+
+The engine owns the order of work and the failure policy; what a server is (backend), how a
+question is asked (evals) and what a difference means (analysis) live elsewhere. It never
+prints; it emits `SweepEvent`s.
+
+Failure policy: with `continue_on_error` (the default) an exception in a job writes a
+failure.json sidecar for every unit it did not finish, those cells come out INFRA-ERROR, and
+the sweep goes on. KeyboardInterrupt always propagates: finished units stay done, a half-done
+unit keeps its records, and `--resume` carries on from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pdcheck.config import Cell, resolve_model_path
+from pdcheck.errors import ExitCode
+from pdcheck.sweep.backends import Backend, PdEndpoints
+from pdcheck.sweep.events import EventSink, Progress
+from pdcheck.sweep.junit import render_junit
+from pdcheck.sweep.judging import judge_level, level_ready, skip_level
+from pdcheck.sweep.plan import Job, Placement, Unit, pack, plan_jobs
+from pdcheck.sweep.store import CellStore, RunResults, RunStore, load_run
+from pdcheck.sweep.summary import summarize
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    continue_on_error: bool = True
+    # Stop a cell's remaining concurrency levels once one level is flagged.
+    early_stop: bool = False
+    # False: restart servers for every unit and share no baseline (the benchmark's comparison).
+    reuse: bool = True
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    root: Path
+    exit_code: ExitCode
+    summary: dict[str, Any]
+    server_starts: int
+    jobs: int
+
+
+class Engine:
+    """One sweep run over `cells` into `store`, with servers from `backend`."""
+
+    def __init__(self, cells: Sequence[Cell], *, store: RunStore, backend: Backend,
+                 options: SweepOptions = SweepOptions(), on_event: EventSink | None = None):
+        self.cells = {c.id: c for c in cells}
+        self.store = store
+        self.backend = backend
+        self.options = options
+        self.progress = Progress(on_event)
+        self._lock = threading.Lock()
+        self._tasks: dict[str, Any] = {}
+        self._stopped: dict[tuple[str, int], str] = {}
+
+    def cell_store(self, cell: Cell) -> CellStore:
+        return self.store.cell(cell.dirname, self._provenance(cell))
+
+    def _provenance(self, cell: Cell):
+        prov = self.backend.provenance(cell)
+        task = self._tasks.get(cell.eval.model_dump_json())
+        return replace(prov, dataset_sha256=task.sha256) if task is not None else prov
+
+    def _task(self, cell: Cell):
+        from pdcheck.evals import load_task
+
+        key = cell.eval.model_dump_json()
+        with self._lock:
+            if key not in self._tasks:
+                self._tasks[key] = load_task(cell.eval)
+            return self._tasks[key]
+
+    def run(self, *, before_finish: Callable[[], None] | None = None,
+            render_report: Callable[[RunResults], str] | None = None) -> SweepResult:
+        """Run every pending unit, judge every cell, then `before_finish` (the race harness) and finish."""
+        cells = list(self.cells.values())
+        jobs = plan_jobs(cells, reuse=self.options.reuse,
+                         build_fingerprint=lambda c: _fingerprint(self.backend.provenance(c)))
+        waves = pack(jobs, gpu_indices=self.backend.gpu_indices)
+        for cell in cells:
+            self._task(cell)
+            cs = self.cell_store(cell)
+            cs.write_cell(
+                resolved=cell.resolved(), name=cell.name, cell_id=cell.id, baseline_key=cell.baseline_key(),
+                servers=self.backend.describe(cell, cell_dir=cs.dir), canary=cell.arm.canary)
+        self.progress.cells_total = len(cells)
+        self.progress.questions_total = sum(self._questions(u) for j in jobs for u in j.units)
+        self.progress.emit("planned", f"{len(cells)} cells, {len(jobs)} topologies, {len(waves)} waves")
+        for wave in waves:
+            if len(wave) == 1:
+                self._run_job(wave[0])
+            else:
+                with ThreadPoolExecutor(max_workers=len(wave)) as pool:
+                    for fut in [pool.submit(self._run_job, p) for p in wave]:
+                        fut.result()
+        for cell in cells:
+            self._judge_cell(cell)
+        if before_finish is not None:
+            before_finish()
+        return self.finish(server_starts=self.progress.server_starts, jobs=len(jobs), render_report=render_report)
+
+    def finish(self, *, server_starts: int = 0, jobs: int = 0,
+               render_report: Callable[[RunResults], str] | None = None) -> SweepResult:
+        """junit.xml and report.md from the store, then summary.json last (its presence means finished)."""
+        results = load_run(self.store.root)
+        summary = summarize(results)
+        self.store.write_junit(render_junit(results))
+        if render_report is not None:
+            self.store.write_report(render_report(results))
+        self.store.finish(summary)
+        self.progress.emit("finished", f"exit code {summary['exit_code']}")
+        return SweepResult(self.store.root, ExitCode(summary["exit_code"]), summary, server_starts, jobs)
+
+    def _questions(self, unit: Unit) -> int:
+        cell = self.cells[unit.cell_id]
+        task = self._tasks[cell.eval.model_dump_json()]
+        return len(task.indices(limit=cell.eval.limit, offset=cell.eval.offset))
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def _pending(self, job: Job) -> list[Unit]:
+        cs = self.cell_store(job.cell)
+        return [u for u in job.units if not cs.unit_done(u.side, u.concurrency, u.repeat)
+                and (u.cell_id, u.concurrency) not in self._stopped]
+
+    def _run_job(self, placement: Placement) -> None:
+        job = placement.job
+        cell = job.cell
+        cs = self.cell_store(cell)
+        pending = self._pending(job)
+        with self._lock:
+            self.progress.questions_done += sum(self._questions(u) for u in job.units if u not in pending)
+        if pending:
+            self._set(cell, f"starting {job.side} servers")
+            try:
+                if job.side == "baseline":
+                    with self.backend.baseline(cell, gpus=placement.gpus, cell_dir=cs.dir) as url:
+                        self._count_start()
+                        for unit in pending:
+                            self._run_unit(cell, cs, unit, url, None)
+                else:
+                    with self.backend.pd(cell, gpus=placement.gpus, cell_dir=cs.dir) as endpoints:
+                        self._count_start()
+                        for unit in self._pending(job):
+                            self._run_unit(cell, cs, unit, endpoints.url, endpoints)
+                            self._judge_cell(cell, only=unit.concurrency)
+            except Exception as exc:  # noqa: BLE001 - recorded in failure.json; the sweep goes on
+                if not self.options.continue_on_error:
+                    raise
+                logger.warning("%s failed: %s", job.label, exc)
+                for unit in self._pending(job):
+                    cs.write_unit_failure(unit.side, unit.concurrency, unit.repeat, exc)
+                self.progress.emit("failure", f"{job.label}: {type(exc).__name__}: {exc}")
+        if job.side == "baseline":
+            self._share_baseline(job, cs)
+
+    def _share_baseline(self, job: Job, source: CellStore) -> None:
+        for other in job.shares:
+            target = self.cell_store(other)
+            for unit in job.units:
+                if target.unit_done("baseline", unit.concurrency, unit.repeat):
+                    continue
+                if source.unit_done("baseline", unit.concurrency, unit.repeat):
+                    target.copy_baseline_unit(source, unit.concurrency, unit.repeat)
+                    continue
+                failed = source.dir / f"baseline/c{unit.concurrency}/r{unit.repeat}/failure.json"
+                if failed.is_file():
+                    (target.unit_dir("baseline", unit.concurrency, unit.repeat) / "failure.json").write_bytes(
+                        failed.read_bytes())
+
+    def _run_unit(self, cell: Cell, cs: CellStore, unit: Unit, url: str, endpoints: PdEndpoints | None) -> None:
+        from pdcheck.evals import run_eval
+
+        self._set(cell, f"eval {unit.side} c{unit.concurrency} r{unit.repeat}")
+        before = _scrape(endpoints) if endpoints is not None else None
+
+        def on_record(_record) -> None:
+            with self._lock:
+                self.progress.questions_done += 1
+            self.progress.emit("record")
+
+        summary = run_eval(
+            url, self._task(cell), settings=cell.eval, concurrency=unit.concurrency,
+            out_path=cs.records_path(unit.side, unit.concurrency, unit.repeat),
+            model=resolve_model_path(cell.model.path), run_tag=unit.run_tag, on_record=on_record,
+        )
+        if endpoints is not None:
+            endpoints.check_alive()
+            after = _scrape(endpoints)
+            cs.write_kv(unit.concurrency, unit.repeat, _kv_delta(before, after, endpoints))
+        cs.write_unit_summary(unit.side, unit.concurrency, unit.repeat, summary.to_dict())
+        accuracy = "n/a" if summary.accuracy is None else f"{summary.accuracy:.3f}"
+        self.progress.emit("unit-done", f"{cell.name} {unit.side} c{unit.concurrency}: accuracy {accuracy}")
+
+    # -- judging --------------------------------------------------------------------------
+
+    def _judge_cell(self, cell: Cell, *, only: int | None = None) -> None:
+        cs = self.cell_store(cell)
+        for c in cell.concurrency:
+            if only is not None and c != only:
+                continue
+            if (cell.id, c) in self._stopped:
+                outcome = skip_level(cell, cs, c, reason=self._stopped[(cell.id, c)])
+            elif not level_ready(cell, cs, c):
+                continue
+            else:
+                outcome = judge_level(cell, cs, c)
+            with self._lock:
+                self.progress.verdicts[outcome.verdict] += 1
+            self.progress.emit("verdict", f"{cell.name} c{c}: {outcome.verdict} ({outcome.reason})")
+            if self.options.early_stop and outcome.verdict in ("REGRESSION", "SUSPECT"):
+                for later in cell.concurrency:
+                    if later > c:
+                        self._stopped.setdefault((cell.id, later), f"early stop: c{c} was {outcome.verdict}")
+        if only is None:
+            with self._lock:
+                self.progress.cells_done += 1
+
+    def _set(self, cell: Cell, phase: str) -> None:
+        self.progress.current_cell = cell.name
+        self.progress.phase = phase
+        self.progress.emit("phase", f"{cell.name}: {phase}")
+
+    def _count_start(self) -> None:
+        with self._lock:
+            self.progress.server_starts += 1
+
+
+def _fingerprint(prov) -> str:
+    return f"{prov.vllm_version}@{prov.vllm_commit}"
+
+
+def _scrape(endpoints: PdEndpoints) -> list[Any]:
+    from pdcheck.serving.metrics import scrape_kv_metrics
+
+    return [scrape_kv_metrics(url) for url in endpoints.decoder_metrics_urls]
+
+
+def _kv_delta(before: list[Any] | None, after: list[Any], endpoints: PdEndpoints) -> dict[str, Any]:
+    """Per-decoder deltas over the unit; an empty list means no metrics URL (attach without one)."""
+    deltas = [a.minus(b).to_dict() for a, b in zip(after, before or [])]
+    return {"decoders": deltas, "metrics_urls": list(endpoints.decoder_metrics_urls)}

@@ -1,0 +1,72 @@
+"""Judge one cell at one concurrency level from what the store holds, and record the verdict.
+
+Reads the baseline and PD records of that level, pairs them with `compare_paired`, turns the
+comparison into a `CellVerdict` with `decide` (which also turns "no KV transferred" into
+INFRA-ERROR), applies the canary logic, and writes verdicts/c<N>.json.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdcheck.config import Cell
+from pdcheck.sweep.outcomes import INFRA_ERROR, Outcome, judge
+from pdcheck.sweep.store import CellStore, load_cell
+
+
+def level_ready(cell: Cell, cs: CellStore, concurrency: int) -> bool:
+    """Every unit of the level is done or failed: a verdict can be given now."""
+    for side in ("baseline", "pd"):
+        for r in range(cell.eval.repeats):
+            unit = cs.dir / side / f"c{concurrency}" / f"r{r}"
+            if not ((unit / "summary.json").is_file() or (unit / "failure.json").is_file()):
+                return False
+    return True
+
+
+def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
+    from pdcheck.analysis import compare_paired, decide
+
+    result = load_cell(cs.dir)
+    units = [u for u in result.units if u.concurrency == concurrency]
+    failed = [u for u in units if not u.done]
+    if failed:
+        first = failed[0]
+        why = (f"{first.failure.error_type} in {first.side} c{concurrency}: {first.failure.message.splitlines()[0]}"
+               if first.failure else f"{first.side} c{concurrency} did not finish")
+        return _record(cell, cs, concurrency, comparison=None,
+                       verdict={"verdict": INFRA_ERROR, "reason": why})
+    baseline = {u.repeat: u.records() for u in units if u.side == "baseline"}
+    pd = {u.repeat: u.records() for u in units if u.side == "pd"}
+    policy = cell.analysis
+    comparison = compare_paired(
+        baseline[0], pd[0], alpha=policy.alpha, tie_epsilon_nats=policy.tie_epsilon_nats,
+        baseline_repeats=tuple(baseline[r] for r in sorted(baseline) if r != 0),
+    )
+    verdict = decide(comparison, policy=policy, kv_transferred_tokens=kv_tokens(result.kv, concurrency))
+    return _record(cell, cs, concurrency, comparison=comparison.to_dict(), verdict=verdict.to_dict())
+
+
+def skip_level(cell: Cell, cs: CellStore, concurrency: int, *, reason: str) -> Outcome:
+    """A level not run because an earlier one was flagged (early stop): it carries that verdict."""
+    verdict = reason.rsplit(" was ", 1)[-1]
+    return _record(cell, cs, concurrency, comparison=None, verdict={"verdict": verdict, "reason": reason})
+
+
+def kv_tokens(kv: dict[tuple[int, int], dict[str, Any]], concurrency: int) -> int | None:
+    """KV tokens the decoders received over the level's PD units; None when no metrics were scraped."""
+    total = None
+    for (c, _r), data in kv.items():
+        if c != concurrency:
+            continue
+        for delta in data.get("decoders", []):
+            tokens = delta.get("external_kv_tokens")
+            if tokens is not None:
+                total = (total or 0) + int(tokens)
+    return total
+
+
+def _record(cell: Cell, cs: CellStore, concurrency: int, *, comparison: dict | None, verdict: dict) -> Outcome:
+    outcome = judge(verdict["verdict"], verdict.get("reason", ""), canary=cell.arm.canary)
+    cs.write_verdict(concurrency, comparison=comparison, verdict=verdict, outcome=outcome.to_dict())
+    return outcome

@@ -1,0 +1,162 @@
+"""One `pdcheck sweep`: load and select cells, open the run folder, run the engine, finish up.
+
+Everything a bad input can trip over (file, selection, shard, resume folder, attach URLs) is
+checked here before anything starts or is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pdcheck.config import Cell, SweepSpec, expand_cells, load_sweep, resolve_sweep_path, select_cells
+from pdcheck.errors import ConfigError
+from pdcheck.sweep.backends import AttachBackend, Backend
+from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
+from pdcheck.sweep.events import EventSink
+from pdcheck.sweep.store import Provenance, RunResults, RunStore, read_json
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_RESULTS_DIR = Path("pdcheck-results")
+
+
+@dataclass(frozen=True)
+class Attach:
+    baseline_url: str
+    pd_url: str
+    decoder_metrics_urls: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """What the user asked for (the CLI's options, parsed)."""
+
+    file: str | None = None
+    out: Path | None = None
+    resume: Path | None = None
+    shard: tuple[int, int] | None = None
+    only: tuple[str, ...] = ()
+    keyword: str | None = None
+    attach: Attach | None = None
+    options: SweepOptions = field(default_factory=SweepOptions)
+
+
+@dataclass(frozen=True)
+class PreparedSweep:
+    spec: SweepSpec
+    path: Path
+    sha256: str
+    cells: tuple[Cell, ...]
+    out: Path
+    resuming: bool
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`i/n` with 1 ≤ i ≤ n, e.g. `2/4`."""
+    i, sep, n = text.partition("/")
+    if not (sep and i.isdigit() and n.isdigit() and 1 <= int(i) <= int(n)):
+        raise ConfigError(f"--shard must be i/n with 1 ≤ i ≤ n (e.g. 1/4), got {text!r}")
+    return int(i), int(n)
+
+
+def shard_cells(cells: list[Cell], shard: tuple[int, int] | None) -> list[Cell]:
+    """Cells of shard i of n, by the cell id's hash: stable across machines and selections."""
+    if shard is None:
+        return cells
+    i, n = shard
+    return [c for c in cells if int(c.id, 16) % n == i - 1]
+
+
+def default_sweep_file(*, has_gpus: bool) -> str:
+    return "default-gpu" if has_gpus else "cpu-smoke"
+
+
+def prepare(request: SweepRequest) -> PreparedSweep:
+    """Resolve file, cells and run folder; raises ConfigError (starting nothing) on bad input."""
+    file = request.file
+    previous = read_json(request.resume / "run.json") if request.resume else None
+    if request.resume is not None and previous is None:
+        raise ConfigError(f"--resume {request.resume}: not a pdcheck run folder (no run.json)")
+    if file is None and previous is not None:
+        file = previous["sweep"]["file"]
+    if file is None:
+        raise ConfigError("no sweep file given")
+    path = resolve_sweep_path(file)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    if previous is not None and previous["sweep"].get("sha256") != sha:
+        raise ConfigError(
+            f"--resume {request.resume}: {path} changed since that run started (sha256 differs); "
+            "resume with the same file, or start a new run with --out"
+        )
+    spec = load_sweep(path)
+    selection = previous["sweep"].get("selection", {}) if previous else {}
+    only = request.only or tuple(selection.get("only", ()))
+    keyword = request.keyword or selection.get("keyword")
+    shard = request.shard or (tuple(selection["shard"]) if selection.get("shard") else None)
+    cells = select_cells(expand_cells(spec), only=only, keyword=keyword)
+    cells = shard_cells(cells, shard)
+    if request.attach is not None and len(cells) != 1:
+        raise ConfigError(
+            f"attach mode tests exactly one cell against your servers, but {len(cells)} are selected; "
+            "pick one with --only NAME (cells: " + ", ".join(c.name for c in cells[:10]) + ")"
+        )
+    if request.resume is not None:
+        out = request.resume
+    else:
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        out = request.out or DEFAULT_RESULTS_DIR / f"{spec.name}-{stamp}"
+        if out.exists() and any(out.iterdir()):
+            raise ConfigError(f"--out {out} already holds files; use --resume {out} to continue that run, or a new folder")
+    return PreparedSweep(spec, path, sha, tuple(cells), Path(out), request.resume is not None)
+
+
+def make_backend(request: SweepRequest, prepared: PreparedSweep) -> Backend:
+    if request.attach is not None:
+        a = request.attach
+        return AttachBackend(a.baseline_url, a.pd_url, a.decoder_metrics_urls)
+    from pdcheck.sweep.serving_backend import ServingBackend
+
+    return ServingBackend.for_cells(prepared.cells, run_dir=prepared.out)
+
+
+def run_sweep(request: SweepRequest, *, on_event: EventSink | None = None, backend: Backend | None = None,
+              render_report: Callable[[RunResults], str] | None = None) -> SweepResult:
+    """Run (or resume) a sweep; writes junit.xml, report.md (with `render_report`) and summary.json last."""
+    prepared = prepare(request)
+    backend = backend or make_backend(request, prepared)
+    from pdcheck.serving.environment import collect_environment
+
+    environment = collect_environment() if request.attach is None else {"attached": True}
+    vllm = environment.get("vllm", {})
+    provenance = Provenance(vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit"))
+    shard = request.shard
+    store = RunStore.create(
+        prepared.out, provenance=provenance, environment=environment, shard=shard,
+        sweep={"name": prepared.spec.name, "file": str(prepared.path), "sha256": prepared.sha256,
+               "cells": [c.dirname for c in prepared.cells],
+               "selection": {"only": list(request.only), "keyword": request.keyword,
+                             "shard": list(shard) if shard else None}},
+    )
+    engine = Engine(prepared.cells, store=store, backend=backend, options=request.options, on_event=on_event)
+    # The harness runs once per sweep: in an unsharded run or in shard 1.
+    run_race = prepared.spec.race is not None and request.attach is None and (shard is None or shard[0] == 1)
+    return engine.run(before_finish=(lambda: _race(prepared, store, engine)) if run_race else None,
+                      render_report=render_report)
+
+
+def _race(prepared: PreparedSweep, store: RunStore, engine: Engine) -> None:
+    from pdcheck.sweep.race import run_race_subprocess
+
+    if store.root.joinpath("race", "summary.json").is_file():
+        return  # resumed run: the harness already ran
+    engine.progress.phase = "race harness"
+    engine.progress.emit("phase", "race harness")
+    summary = run_race_subprocess(prepared.spec.race, python=sys.executable, out_dir=store.race_dir)
+    store.write_race_summary(summary)
+    engine.progress.emit("race", f"race harness: {summary['status']} ({summary['reason']})")
