@@ -1,0 +1,36 @@
+"""Records survive a kill: each line reaches the kernel in one write, and the JSON shape round-trips."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+from pdcheck.evals.records import QuestionRecord, RecordWriter, TokenLogprobs, read_records
+
+
+def test_sigkill_after_writes_loses_no_record(tmp_path):
+    """A process killed with SIGKILL right after writing (no close, no fsync) leaves every line intact."""
+    out = tmp_path / "r.jsonl"
+    code = (
+        "import os, signal, sys\n"
+        "from pdcheck.evals.records import QuestionRecord, RecordWriter\n"
+        f"w = RecordWriter({str(out)!r}, fsync_interval_s=3600)\n"
+        "for i in range(500):\n"
+        "    w.write(QuestionRecord(index=i, prompt_sha256='x', gold='1', ok=True, completion='c' * 300))\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert [r.index for r in read_records(out)] == list(range(500))
+
+
+def test_record_json_round_trips_with_logprobs(tmp_path):
+    """A record written and read back is equal, logprobs and token ids included."""
+    record = QuestionRecord(
+        index=3, prompt_sha256="p", gold="18", ok=True, completion=" 18", token_ids=(1, 2),
+        logprobs=(TokenLogprobs(" 18", -0.1, ((" 18", -0.1), (" 19", -2.0))),), answers={"vllm": "18"}, correct=True,
+    )
+    with RecordWriter(tmp_path / "r.jsonl") as writer:
+        writer.write(record)
+    assert read_records(tmp_path / "r.jsonl") == [record]
