@@ -1,0 +1,48 @@
+"""Record builders for the analysis tests: paired baseline/PD records from outcome arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pdcheck.evals.records import QuestionRecord, TokenLogprobs
+
+
+def record(
+    index: int,
+    *,
+    correct: bool,
+    ok: bool = True,
+    invalid: bool = False,
+    token_ids: Sequence[int] | None = (1, 2, 3),
+    margins: Sequence[float] | None = None,
+    completion: str | None = None,
+    request_id: str | None = None,
+) -> QuestionRecord:
+    """One record; `margins` gives the top-2 logprob margin (nats) at each generated position."""
+    logprobs = None
+    if margins is not None:
+        logprobs = tuple(TokenLogprobs(f"t{i}", -0.01, (("a", -0.01), ("b", -0.01 - m))) for i, m in enumerate(margins))
+    return QuestionRecord(
+        index=index,
+        prompt_sha256=f"sha{index}",
+        gold="1",
+        ok=ok,
+        completion=completion if completion is not None else " ".join(map(str, token_ids or ())),
+        token_ids=tuple(token_ids) if token_ids is not None else None,
+        logprobs=logprobs,
+        correct=correct and ok,
+        invalid=invalid and ok,
+        error=None if ok else "HTTP 500",
+        request_id=request_id,
+    )
+
+
+def side(outcomes: Sequence[bool], *, start: int = 0) -> list[QuestionRecord]:
+    return [record(start + i, correct=bool(c)) for i, c in enumerate(outcomes)]
+
+
+def paired_sides(*, both: int, worse: int, better: int, neither: int) -> tuple[list[QuestionRecord], list[QuestionRecord]]:
+    """Baseline and PD sides with exactly these counts of (both right, PD-worse, PD-better, both wrong)."""
+    base = [True] * both + [True] * worse + [False] * better + [False] * neither
+    pd = [True] * both + [False] * worse + [True] * better + [False] * neither
+    return side(base), side(pd)

@@ -1,0 +1,83 @@
+"""`pdcheck compare`: prints the analysis of two record files and exits with the verdict's code."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from pdcheck.cli import cli, main
+from tests.unit.analysis.builders import paired_sides, record, side
+
+
+def _write(path, records):
+    # One write, not append_record: its per-line fsync would cost seconds for 1,000 records.
+    path.write_text("".join(r.to_json() + "\n" for r in records))
+    return str(path)
+
+
+def _files(tmp_path, *, both, worse, better, neither):
+    base, pd = paired_sides(both=both, worse=worse, better=better, neither=neither)
+    return _write(tmp_path / "base.jsonl", base), _write(tmp_path / "pd.jsonl", pd)
+
+
+def test_regression_exits_1_and_prints_tables(tmp_path):
+    """A clear drop prints the tables and the REGRESSION line, and exits 1."""
+    b, p = _files(tmp_path, both=700, worse=80, better=20, neither=200)
+    result = CliRunner().invoke(cli, ["compare", b, p, "--early-stop"])
+    assert result.exit_code == 1, result.output
+    assert "REGRESSION" in result.output and "Paired" in result.output and "Greedy agreement" in result.output
+    assert "early stop:" in result.output
+
+
+def test_pass_exits_0(tmp_path):
+    """A clean, well-powered run passes with exit 0."""
+    b, p = _files(tmp_path, both=1000, worse=10, better=10, neither=300)
+    result = CliRunner().invoke(cli, ["compare", b, p])
+    assert result.exit_code == 0, result.output
+    assert "PASS" in result.output
+
+
+def test_inconclusive_exits_0_with_a_warning(tmp_path):
+    """Underpowered is not a failure: exit 0, and stderr says how many questions are needed."""
+    b, p = _files(tmp_path, both=20, worse=1, better=0, neither=5)
+    result = CliRunner().invoke(cli, ["compare", b, p])
+    assert result.exit_code == 0
+    assert "INCONCLUSIVE" in result.output
+    assert "warning: INCONCLUSIVE" in result.stderr and "needs n ≥" in result.stderr
+
+
+def test_infra_error_exits_2(tmp_path):
+    """Files where no question succeeded on both sides give INFRA-ERROR, exit 2."""
+    b = _write(tmp_path / "b.jsonl", side([True] * 10))
+    p = _write(tmp_path / "p.jsonl", [record(i, correct=False, ok=False) for i in range(10)])
+    assert CliRunner().invoke(cli, ["compare", b, p]).exit_code == 2
+
+
+def test_json_output_round_trips(tmp_path):
+    """--json prints one JSON document with the comparison and the verdict (options applied)."""
+    b, p = _files(tmp_path, both=700, worse=30, better=20, neither=250)
+    result = CliRunner().invoke(cli, ["compare", b, p, "--json", "--margin-pts", "0.5", "--alpha", "0.1"])
+    data = json.loads(result.stdout)
+    assert data["verdict"]["margin_pts"] == 0.5 and data["verdict"]["alpha"] == 0.1
+    assert data["comparison"]["worse"] == 30
+    assert data["verdict"]["verdict"] in ("PASS", "REGRESSION", "INCONCLUSIVE")
+
+
+def test_injection_precision_from_the_plugin_log(tmp_path):
+    """--injections reads the plugin's injections.jsonl and scores divergent questions against it."""
+    b = _write(tmp_path / "b.jsonl", [record(i, correct=True) for i in range(50)])
+    p = _write(tmp_path / "p.jsonl", [record(i, correct=True, token_ids=(9, 9) if i < 5 else (1, 2, 3)) for i in range(50)])
+    log = tmp_path / "injections.jsonl"
+    log.write_text("".join(json.dumps({"x_request_id": f"pd-c1-r0-q{i:05d}"}) + "\n" for i in range(4)))
+    result = CliRunner().invoke(cli, ["compare", b, p, "--injections", str(log), "--json"])
+    got = json.loads(result.stdout)["injection_precision"]
+    assert got["n_true_positive"] == 4 and got["n_flagged"] == 5 and got["recall"] == 1.0
+
+
+def test_mismatched_files_exit_3_with_the_reason(tmp_path, capsys):
+    """Files over different questions are bad input: exit 3 (config), and the message says why."""
+    b = _write(tmp_path / "b.jsonl", side([True] * 5))
+    p = _write(tmp_path / "p.jsonl", side([True] * 5, start=3))
+    assert main(["compare", b, p]) == 3
+    assert "different questions" in capsys.readouterr().err
