@@ -1,0 +1,134 @@
+"""The report's rows: one per cell and concurrency, read from the results store only.
+
+Verdicts and statuses come from `pdcheck.sweep.summary.cell_outcomes`, the function that
+also feeds `summary.json` and `junit.xml`, so the markdown, JSON and JUnit renderings cannot
+disagree about a verdict. The numbers come from the stored comparison and unit summaries.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pdcheck.analysis.paired import PairedComparison
+from pdcheck.sweep.store import CellResult, RunResults
+from pdcheck.sweep.summary import cell_outcomes
+
+__all__ = ["ResultRow", "build_rows"]
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One verdict: a cell at one concurrency, with the numbers behind it (accuracies as fractions)."""
+
+    cell: str
+    cell_id: str
+    dirname: str
+    model: str
+    arm: str
+    concurrency: int
+    canary: bool
+    status: str  # pass, fail, infra or inconclusive, after the canary logic
+    verdict: str
+    reason: str
+    n: int | None = None
+    baseline_accuracy: float | None = None
+    pd_accuracy: float | None = None
+    delta_pts: float | None = None
+    ci_low_pts: float | None = None
+    ci_high_pts: float | None = None
+    p_value: float | None = None
+    delta_invalid_pts: float | None = None
+    agreement: float | None = None
+    kv_tokens: int | None = None
+    mde_pts: float | None = None
+    baseline_reused_from: str | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.cell, self.concurrency)
+
+    @property
+    def failing(self) -> bool:
+        return self.status in ("fail", "infra")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _side_accuracy(cell: CellResult, side: str, concurrency: int) -> float | None:
+    return _mean([
+        float(u.summary["accuracy"])
+        for u in cell.units
+        if u.side == side and u.concurrency == concurrency and u.summary and u.summary.get("accuracy") is not None
+    ])
+
+
+def _kv_tokens(cell: CellResult, concurrency: int) -> int | None:
+    """Tokens the decoders received over the KV connector, summed over the repeats."""
+    found = [kv.get("external_kv_tokens") for (c, _), kv in cell.kv.items() if c == concurrency]
+    found = [int(t) for t in found if t is not None]
+    return sum(found) if found else None
+
+
+def _numbers(comparison: dict[str, Any] | None, verdict: dict[str, Any]) -> dict[str, Any]:
+    """The table's analysis numbers, from the stored PairedComparison and CellVerdict dicts."""
+    numbers: dict[str, Any] = {"mde_pts": verdict.get("mde_pts"), "kv_tokens": verdict.get("kv_transferred_tokens")}
+    if comparison is None:
+        return numbers
+    c = PairedComparison.from_dict(comparison)
+    return numbers | {
+        "n": c.n_pairs,
+        "baseline_accuracy": c.baseline.accuracy,
+        "pd_accuracy": c.pd.accuracy,
+        "delta_pts": c.delta_pts,
+        "ci_low_pts": c.ci_low_pts,
+        "ci_high_pts": c.ci_high_pts,
+        "p_value": c.p_value,
+        "delta_invalid_pts": c.delta_invalid_pts,
+        "agreement": c.agreement.exact_match_fraction,
+    }
+
+
+def _cell_field(cell: CellResult, *path: str) -> str:
+    node: Any = cell.resolved
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return str(node) if node is not None else "?"
+
+
+def build_rows(run: RunResults) -> list[ResultRow]:
+    """Every (cell, concurrency) of the run, in store order; a missing verdict is an INFRA-ERROR row."""
+    rows = []
+    for cell in run.cells:
+        reused = sorted({u.reused_from for u in cell.units if u.side == "baseline" and u.reused_from})
+        for concurrency, outcome in cell_outcomes(cell):
+            entry = cell.verdicts.get(concurrency)
+            # Accuracy from the unit summaries when no comparison was stored (an infra failure).
+            numbers = {
+                "baseline_accuracy": _side_accuracy(cell, "baseline", concurrency),
+                "pd_accuracy": _side_accuracy(cell, "pd", concurrency),
+                "kv_tokens": _kv_tokens(cell, concurrency),
+            }
+            if entry is not None:
+                numbers |= {k: v for k, v in _numbers(entry.comparison, entry.verdict).items() if v is not None}
+            rows.append(ResultRow(
+                cell=cell.name,
+                cell_id=cell.id,
+                dirname=cell.dirname,
+                model=_cell_field(cell, "model", "name"),
+                arm=_cell_field(cell, "arm", "name"),
+                concurrency=concurrency,
+                canary=cell.canary,
+                status=outcome.status,
+                verdict=outcome.verdict,
+                reason=outcome.reason,
+                baseline_reused_from=reused[0] if reused else None,
+                **numbers,
+            ))
+    return rows

@@ -1,0 +1,227 @@
+"""The markdown report's sections, each a pure function from store data to text.
+
+`markdown.py` orders them and fits them into a GitHub comment; here each section only knows
+how to draw itself at full detail or in its compact form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pdcheck.report.details import DivergentQuestion, LogTail
+from pdcheck.report.rows import ResultRow
+
+__all__ = [
+    "STATUS_MARK",
+    "environment_section",
+    "failure_details",
+    "failure_line",
+    "methodology_section",
+    "overall_line",
+    "results_table",
+    "table",
+]
+
+STATUS_MARK = {"pass": "✅", "fail": "❌", "infra": "⚠️", "inconclusive": "❔"}
+_OVERALL = {0: "PASS", 1: "FAIL", 2: "INFRA-ERROR"}
+
+
+def cell_text(text: str) -> str:
+    """Text safe inside a markdown table cell: no pipes, no line breaks."""
+    return text.replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell_text(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def pts(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.1f}"
+
+
+def p_value(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def overall_line(summary: dict[str, Any], rows: Sequence[ResultRow]) -> str:
+    """One line: the overall result and how many (cell, concurrency) results of each kind."""
+    word = _OVERALL.get(summary.get("exit_code", 2), "INFRA-ERROR")
+    statuses = {s: sum(r.status == s for r in rows) for s in STATUS_MARK}
+    parts = [f"{STATUS_MARK[s]} {n} {s}" for s, n in statuses.items() if n]
+    verdicts: dict[str, int] = {}
+    for row in rows:
+        verdicts[row.verdict] = verdicts.get(row.verdict, 0) + 1
+    text = f"**Overall: {word}** · {len(rows)} results: " + ", ".join(parts or ["none"])
+    text += " (" + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + ")" if verdicts else ""
+    race = summary.get("race")
+    if race is not None:
+        text += f" · race harness: {race.get('status', '?')}"
+    return text
+
+
+def _gpus(environment: dict[str, Any]) -> str:
+    devices = (environment.get("gpus") or {}).get("devices") or []
+    if not devices:
+        cores = environment.get("cpu_count")
+        return "none (CPU run" + (f", {cores} cores)" if cores else ")")
+    names: dict[str, int] = {}
+    for device in devices:
+        names[device.get("name", "?")] = names.get(device.get("name", "?"), 0) + 1
+    return ", ".join(f"{n}× {name}" for name, n in names.items())
+
+
+def environment_section(environment: dict[str, Any], *, dataset_sha256: str | None,
+                        arm_fixes: dict[str, tuple[str, ...]]) -> str:
+    """What ran: vLLM, hardware, nixl, pdcheck, data, and which race fixes this vLLM has."""
+    vllm = environment.get("vllm") or {}
+    fixes: dict[str, bool | None] = vllm.get("fixes") or {}
+    fix_text = ", ".join(
+        f"{name} {'present' if has else ('absent' if has is False else 'unknown')}" for name, has in fixes.items()
+    )
+    lines = [
+        f"- vLLM: {vllm.get('vllm_version') or 'not found'} ({vllm.get('vllm_dist') or '?'}), "
+        f"commit {vllm.get('vllm_commit') or 'unknown'}",
+        f"- GPUs: {_gpus(environment)}",
+        f"- nixl: {vllm.get('nixl_version') or 'not installed'}; torch: {vllm.get('torch_version') or '?'}",
+        f"- pdcheck: {environment.get('pdcheck_version') or '?'}",
+        f"- dataset sha256: `{dataset_sha256 or 'unknown'}`",
+        f"- race fixes in this vLLM: {fix_text or 'unknown'}",
+    ]
+    for arm, disabled in sorted(arm_fixes.items()):
+        lacking = [fix for fix in disabled if fixes.get(fix) is False]
+        if lacking:
+            lines.append(
+                f"- note: arm `{arm}` disables {', '.join(lacking)}, which this vLLM lacks: "
+                "that arm runs the same code as the fixes-on arm"
+            )
+    return "\n".join(lines)
+
+
+def _config(row: ResultRow) -> str:
+    return f"`{row.cell}`" + (" 🐤 canary" if row.canary else "")
+
+
+def _verdict(row: ResultRow) -> str:
+    text = f"{STATUS_MARK.get(row.status, '')} **{row.verdict}**"
+    if row.canary:
+        text += " (canary flagged)" if row.status == "pass" else " (canary NOT flagged)" if row.status == "fail" else ""
+    return text
+
+
+def _baseline(row: ResultRow) -> str:
+    return pct(row.baseline_accuracy) + (" (baseline reused)" if row.baseline_reused_from else "")
+
+
+def _delta(row: ResultRow) -> str:
+    if row.delta_pts is None:
+        return "–"
+    if row.ci_low_pts is None or row.ci_high_pts is None:
+        return pts(row.delta_pts)
+    return f"{pts(row.delta_pts)} [{pts(row.ci_low_pts)}, {pts(row.ci_high_pts)}]"
+
+
+def _count(value: int | None) -> str:
+    return "–" if value is None else f"{value:,}"
+
+
+RESULT_COLUMNS = (
+    "Config", "c", "Baseline acc", "PD acc", "Δ pts (95% CI)", "p", "Δinvalid pts", "Greedy agree",
+    "KV tokens", "Verdict",
+)
+COMPACT_COLUMNS = ("Config", "c", "Baseline acc", "PD acc", "Verdict")
+
+
+def results_table(rows: Sequence[ResultRow], *, before: dict[tuple[str, int], str] | None = None,
+                  compact: bool = False) -> str:
+    """The table maintainers ask for, one row per cell and concurrency; every verdict is a row.
+
+    `before` adds a column with the other run's verdict and accuracy (`--against`).
+    """
+    header = list(COMPACT_COLUMNS if compact else RESULT_COLUMNS)
+    if before is not None:
+        header.append("Before")
+    body = []
+    for row in rows:
+        if compact:
+            line = [_config(row), str(row.concurrency), _baseline(row), pct(row.pd_accuracy), _verdict(row)]
+        else:
+            line = [
+                _config(row), str(row.concurrency), _baseline(row), pct(row.pd_accuracy), _delta(row),
+                p_value(row.p_value), pts(row.delta_invalid_pts), pct(row.agreement), _count(row.kv_tokens),
+                _verdict(row),
+            ]
+        if before is not None:
+            line.append(before.get(row.key, "new"))
+        body.append(line)
+    return table(header, body)
+
+
+def _snippet(text: str, limit: int = 240) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _divergence_table(question: DivergentQuestion) -> str:
+    where = "–" if question.token_position is None else f"token {question.token_position}"
+    margin = "unknown" if question.margin_nats is None else f"{question.margin_nats:.2f} nats"
+    header = f"Question {question.index}: first divergence at {where} " \
+             f"(`{question.baseline_token!r}` vs `{question.pd_token!r}`), baseline top-2 margin {margin}"
+    rows = [[
+        ("✓ " if question.baseline_correct else "✗ ") + _snippet(question.baseline_text),
+        ("✓ " if question.pd_correct else "✗ ") + _snippet(question.pd_text),
+    ]]
+    return header + "\n\n" + table(["baseline", "PD"], rows)
+
+
+def failure_details(row: ResultRow, *, questions: Sequence[DivergentQuestion], tails: Sequence[LogTail],
+                    rerun: str) -> str:
+    """A collapsed block with the evidence for one failing result."""
+    parts = [f"<details><summary><code>{row.cell}</code> c{row.concurrency}: {row.verdict} — "
+             f"{cell_text(row.reason)}</summary>", ""]
+    if questions:
+        parts.append("**First diverging questions** (repeat 0)")
+        parts += ["", *(_divergence_table(q) + "\n" for q in questions)]
+    else:
+        parts += ["No diverging question was recorded for this result.", ""]
+    for tail in tails:
+        parts += [f"Log [`{tail.path}`]({tail.path}), last {len(tail.lines)} lines:", "", "```text",
+                  *tail.lines, "```", ""]
+    parts += ["Rerun this cell:", "", "```sh", rerun, "```", "", "</details>"]
+    return "\n".join(parts)
+
+
+def failure_line(row: ResultRow, *, rerun: str, first: DivergentQuestion | None) -> str:
+    """The compact form of a failing result, used when the details blocks do not fit."""
+    text = f"- `{row.cell}` c{row.concurrency}: {row.verdict}; rerun with `{rerun}`"
+    if first is not None:
+        text += f"; first diverging question {first.index}"
+        if first.token_position is not None:
+            text += f" at token {first.token_position}"
+    return text
+
+
+def methodology_section(*, alpha: float | None, margin_pts: float | None, tie_epsilon_nats: float | None,
+                        mde_pts: Sequence[float]) -> str:
+    """Three lines: the test, the decision thresholds, the power."""
+    mde = (f"{min(mde_pts):.1f}–{max(mde_pts):.1f} pts" if len(set(mde_pts)) > 1 else f"{mde_pts[0]:.1f} pts") \
+        if mde_pts else "not computed"
+    return "\n".join([
+        "- Test: each PD run is paired question by question with its same-run no-PD baseline; "
+        "Δ = PD − baseline accuracy with a 95% paired CI and an exact one-sided McNemar p-value "
+        "on the discordant pairs.",
+        f"- REGRESSION needs p < α = {alpha if alpha is not None else '?'} and a drop larger than the margin "
+        f"({margin_pts if margin_pts is not None else '?'} pts); SUSPECT means significantly more greedy "
+        f"divergences than the control beyond near-ties (ε = {tie_epsilon_nats if tie_epsilon_nats is not None else '?'} nats); "
+        "canaries must be flagged.",
+        f"- Minimum detectable effect at this n (power 0.8): {mde}; when the margin is below it the "
+        "verdict is INCONCLUSIVE, not PASS.",
+    ])

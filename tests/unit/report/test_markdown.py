@@ -1,0 +1,107 @@
+"""The markdown report's structure, read back with a markdown parser."""
+
+from __future__ import annotations
+
+import re
+
+from pdcheck.report import REPORT_MARKER, render_markdown
+from pdcheck.report.sections import RESULT_COLUMNS
+from pdcheck.sweep.store import RunStore, Provenance, load_run
+
+from .conftest import SWEEP_FILE, CellPlan
+from .mdparse import fences, headings, parse_xychart, tables
+
+PLANS = [
+    CellPlan("fixes-on"),
+    CellPlan("inject-zero", drops={1: 5, 8: 60}),
+    CellPlan("fixes-on", model="tiny-granite"),
+    CellPlan("inject-stale", model="tiny-granite", drops={8: 40}),
+]
+RACE = {"status": "pass", "reason": "0 findings in 20 seeds",
+        "variants": [{"variant": "full-attention", "seeds": 20, "seeds_with_findings": 0}]}
+
+
+def test_sections_come_in_the_order_reviewers_read_them(make_run):
+    """Marker first, then the overall line, environment, results, charts, race, failures, methodology."""
+    text = render_markdown(load_run(make_run(PLANS, race=RACE)))
+    assert text.splitlines()[0] == REPORT_MARKER
+    assert [h for tag, h in headings(text) if tag == "h2"] == [
+        "Environment", "Results", "Accuracy vs concurrency", "Race findings", "Failures", "Methodology",
+    ]
+    first_paragraph = text.split("\n\n")[2]
+    assert first_paragraph.startswith("**Overall: FAIL**") and "\n" not in first_paragraph
+    methodology = text.split("## Methodology\n\n", 1)[1].strip().splitlines()
+    assert len(methodology) == 3
+
+
+def test_results_table_has_every_column_and_one_row_per_cell_and_concurrency(make_run):
+    """One table, the agreed columns, one row per (cell, concurrency), canaries marked."""
+    run = load_run(make_run(PLANS, race=RACE))
+    text = render_markdown(run)
+    header, body = tables(text)[0]
+    assert tuple(header) == RESULT_COLUMNS
+    assert len(body) == sum(len(c.concurrency) for c in run.cells) == 8
+    seen = {(re.search(r"`([^`]+)`", row[0]).group(1), int(row[1])) for row in body}
+    assert seen == {(c.name, k) for c in run.cells for k in c.concurrency}
+    canary_rows = [row for row in body if "canary" in row[0]]
+    assert len(canary_rows) == 4 and all("inject" in row[0] for row in canary_rows)
+    regressed = next(row for row in body if "inject-zero" in row[0] and row[1] == "8")
+    assert "REGRESSION" in regressed[-1] and "canary flagged" in regressed[-1]
+    assert regressed[4].startswith("-30.0 [") and regressed[5] == "<0.001" and regressed[8] == "8,000"
+
+
+def test_mermaid_charts_are_well_formed_with_a_line_per_arm(make_run):
+    """Per model with several concurrency levels: xychart-beta, both axes, baseline + one line per arm."""
+    text = render_markdown(load_run(make_run(PLANS, concurrency=(1, 4, 8))))
+    charts = [parse_xychart(body) for body in fences(text, "mermaid")]
+    assert len(charts) == 2
+    arms = {"tiny-granite": "inject-stale", "tiny-llama": "inject-zero"}
+    for chart, (model, canary_arm) in zip(charts, sorted(arms.items())):
+        assert chart.x_labels == ["1", "4", "8"]
+        assert chart.y_range == (0.0, 100.0)
+        # The baseline, then one line per arm of this model.
+        assert [name for name, _ in chart.lines] == ["baseline (no PD)", "PD fixes-on", f"PD {canary_arm}"]
+        assert all(len(values) == len(chart.x_labels) for _, values in chart.lines)
+        assert all(0 <= v <= 100 for _, values in chart.lines for v in values)
+
+
+def test_no_chart_for_a_single_concurrency_level(make_run):
+    """A model run at one concurrency has nothing to plot against concurrency."""
+    text = render_markdown(load_run(make_run(PLANS, concurrency=(8,))))
+    assert fences(text, "mermaid") == []
+    assert "Accuracy vs concurrency" not in [h for _, h in headings(text)]
+
+
+def test_each_failure_has_a_collapsed_block_with_evidence_and_the_rerun_command(make_run):
+    """Failing results get <details>: diverging questions side by side, log tails, the exact rerun."""
+    run = load_run(make_run([CellPlan("fixes-on", drops={8: 60}), CellPlan("fixes-on", model="tiny-granite", infra_at=(8,))]))
+    text = render_markdown(run)
+    blocks = re.findall(r"<details>.*?</details>", text, flags=re.S)
+    assert len(blocks) == 2
+    regression = next(b for b in blocks if "tiny-llama" in b)
+    assert "first divergence at token 3" in regression and "margin 2.00 nats" in regression
+    assert tables(regression)[0][0] == ["baseline", "PD"]
+    assert "decode line 29" in regression and "logs/decode-0.log" in regression
+    for block, cell in zip(blocks, run.cells):
+        assert f"pdcheck sweep {SWEEP_FILE} --only {cell.name}" in block
+
+
+def test_environment_says_when_an_arm_disables_a_fix_the_vllm_lacks(make_run):
+    """This vLLM has no zeroing fix, so the zeroing-off arm equals the fixes-on arm, and the report says so."""
+    text = render_markdown(load_run(make_run([CellPlan("fixes-on"), CellPlan("zeroing-off")])))
+    env = text.split("## Environment", 1)[1].split("## Results", 1)[0]
+    assert "vLLM: 0.32.0" in env and "nixl: 1.5.1" in env and "block-reuse present, zeroing absent" in env
+    assert "arm `zeroing-off` disables zeroing, which this vLLM lacks" in env
+    assert "block-reuse-off" not in env
+
+
+def test_a_reused_baseline_is_marked(make_run):
+    """When a cell's baseline was copied from another cell's run, its row says so."""
+    root = make_run([CellPlan("fixes-on"), CellPlan("inject-zero")], concurrency=(1,))
+    run = load_run(root)
+    store = RunStore(root, Provenance())
+    source, target = run.cells
+    store.cell(target.dirname).copy_baseline_unit(store.cell(source.dirname), 1, 0)
+    _, body = tables(render_markdown(load_run(root)))[0]
+    marks = {row[0].split("`")[1]: "(baseline reused)" in row[2] for row in body}
+    assert marks == {source.name: False, target.name: True}
