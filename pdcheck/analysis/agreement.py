@@ -70,10 +70,6 @@ class Agreement(Serializable):
         """True when at least one divergence could be classified (logprobs were recorded)."""
         return self.n_tie + self.n_corruption > 0
 
-    def suspect_count(self) -> int:
-        """The divergences that count against PD: corruption-grade, or all of them without logprobs."""
-        return self.n_corruption if self.has_margins else len(self.divergences)
-
 
 def _sequence(record: QuestionRecord) -> tuple[Sequence, str]:
     if record.token_ids is not None:

@@ -12,7 +12,7 @@ that produced it. The rules, in order (also the table in docs/analysis.md):
 | block-reuse-fix | block-reuse | block-reuse fix off, flagged | same arm with the fix on passes |
 | zeroing-fix | zeroing | zeroing skip off, flagged, hybrid model | same arm with the skip on passes |
 | both-fixes | block-reuse or zeroing | both fixes off, flagged | fixes on passes, no single-fix arm to split |
-| scheduling | scheduling race | async on, flagged, not worse-free with concurrency | same arm with async off passes |
+| scheduling | scheduling race | async on, flagged, worse with concurrency (or one level) | same arm with async off passes |
 | sync-failure | pd-transfer | async off, flagged, no fault injected | (none: one batch in flight rules out both races) |
 | harness | block-reuse / zeroing | the in-process race harness reports findings of that kind | |
 

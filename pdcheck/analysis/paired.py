@@ -89,6 +89,15 @@ class ControlTest(Serializable):
     control_pairs: int
     p_value: float
 
+    @property
+    def judged(self) -> bool:
+        """Only corruption-grade counts can make a SUSPECT verdict.
+
+        Without logprobs a near-tie flip (numeric jitter, e.g. a different batch shape on the
+        prefiller) cannot be told from corruption, so "any-divergence" is reported, not judged.
+        """
+        return self.basis == "corruption-grade"
+
 
 @dataclass(frozen=True)
 class Compatibility(Serializable):

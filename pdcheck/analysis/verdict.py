@@ -13,7 +13,8 @@ rules, first match wins:
    baseline runs measured a run-to-run std σ (a drop within what two runs of the same
    configuration show cannot fail).
 3. SUSPECT: PD has significantly more corruption-grade divergences than the control
-   (one-sided Fisher at alpha), without an accuracy drop.
+   (one-sided Fisher at alpha), without an accuracy drop. Needs logprobs: without them a
+   near-tie flip cannot be told from corruption, and divergences are reported, not judged.
 4. INCONCLUSIVE: the margin is below the minimum detectable effect at this n.
 5. PASS.
 """
@@ -130,7 +131,7 @@ def decide(
         n_pairs=c.n_pairs, discordance=c.discordance, alpha=policy.alpha, margin_pts=policy.margin_pts
     )
     effective = max(policy.margin_pts, noise_floor_pts(c.jitter.baseline_std, alpha=policy.alpha))
-    suspect_p = c.control.p_value if c.control is not None else None
+    suspect_p = c.control.p_value if c.control is not None and c.control.judged else None
 
     def verdict(v: Verdict, reason: str) -> CellVerdict:
         return CellVerdict(

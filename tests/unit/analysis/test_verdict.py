@@ -117,3 +117,13 @@ def test_verdict_round_trips_through_json():
     v = decide(compare_paired(base, pd), policy=POLICY, kv_transferred_tokens=99)
     again = CellVerdict.from_dict(json.loads(json.dumps(v.to_dict())))
     assert again == v and again.verdict is Verdict.REGRESSION
+
+
+def test_divergences_without_logprobs_are_reported_not_judged():
+    """Without margins a near-tie flip looks like corruption, so many divergences alone never make SUSPECT."""
+    base = [record(i, correct=i % 5 > 0) for i in range(1319)]
+    pd = [record(i, correct=i % 5 > 0, token_ids=(1, 9, 3) if i % 20 == 0 else (1, 2, 3)) for i in range(1319)]
+    c = compare_paired(base, pd, baseline_repeats=[base])
+    assert c.control.basis == "any-divergence" and c.control.p_value < 0.05
+    v = decide(c, policy=POLICY)
+    assert v.verdict is Verdict.PASS and v.suspect_p_value is None
