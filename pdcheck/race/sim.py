@@ -1,0 +1,400 @@
+"""The simulated executor around vLLM's real scheduler: explicit, deterministic steps and a shadow-memory check.
+
+Ordering model (why the races are reachable): like ``EngineCore.step_with_batch_queue``, a step is
+dispatched while up to ``depth - 1`` older steps are still in flight, and step S runs on the
+simulated GPU only when it leaves the queue, after S+1 was dispatched. Within a step, zeroing
+comes first, then CoW copies, KV writes, Mamba state reads/writes, then attention reads. An RDMA
+load lands at a random execution between the dispatch of the step that started it and the step
+whose output reports it, so it can land before an older in-flight step runs.
+
+Invariants checked after every execution (findings are data, never asserts): a stale step never
+writes a block the scheduler has given to another request (hazard); a live request reads only its
+own KV and state (corruption). Reads by in-flight steps of requests that already finished or were
+preempted are not checked: their outputs are discarded.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import random
+
+from pdcheck._vllm.scheduler import LoadStart, ScheduledRequest, SimScheduler, StepRecord
+from pdcheck.race.findings import Finding, Kind, Reproducer
+from pdcheck.race.shadow import GARBLE, POISON, ZERO, ShadowMemory, prefix_tags, state_tag
+from pdcheck.race.workload import SimRequest, Workload, generate_requests
+
+MAX_FINDINGS_KEPT = 20
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclasses.dataclass
+class _PendingLoad:
+    load: LoadStart
+    step: int  # dispatch index of the step that started it
+    land_at: int  # execution index before which it lands
+    report_at: int  # execution index whose output reports it
+    valid_blocks: int | None  # None: every block lands; k: only the first k attention blocks (then reported failed)
+    landed: bool = False
+
+
+@dataclasses.dataclass
+class _InFlight:
+    record: StepRecord
+    dispatch_index: int
+
+
+class RaceSim:
+    """One seed of one workload: drives a SimScheduler and checks shadow memory. Call ``run()``."""
+
+    def __init__(self, workload: Workload, seed: int, scheduler: SimScheduler) -> None:
+        self.workload = workload
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.sched = scheduler
+        self.attn_groups = [i for i, g in enumerate(scheduler.groups) if g.kind == "attention"]
+        self.mamba_groups = [(i, g.block_size) for i, g in enumerate(scheduler.groups) if g.kind == "mamba"]
+        self.bs = workload.scheduler.block_size
+        self.memory = ShadowMemory(workload.scheduler.num_blocks + 1, self.bs)
+        self.pending_requests = collections.deque(generate_requests(workload, self.rng))
+        self.requests: dict[str, SimRequest] = {}
+        self.tags: dict[str, list[int]] = {}
+        self.queue: collections.deque[_InFlight] = collections.deque()
+        self.loads: dict[str, _PendingLoad] = {}
+        self.load_blocks: dict[str, set[int]] = {}  # loader -> blocks its load writes
+        self.own_blocks: dict[str, set[int]] = collections.defaultdict(set)
+        self.verified: dict[tuple[str, int], dict[int, tuple[int, int]]] = collections.defaultdict(dict)
+        self.dispatched = 0
+        self.executed = 0
+        self.live_count = 0
+        self.findings: list[Finding] = []
+        self.num_findings = 0
+        self._seen: set[tuple] = set()
+        self.log: list[tuple[int, str, frozenset[str]]] = []  # (dispatch index, line, request ids involved)
+        self.timelines: dict[int, list[str]] = collections.defaultdict(list)
+        self._known_blocks: dict[str, set[int]] = collections.defaultdict(set)
+        self._owners: dict[int, list[str]] | None = None
+        self._incarnations: dict[str, int] = {}
+
+    # ---- driver ---------------------------------------------------------------------------
+    def run(self) -> list[Finding]:
+        depth = self.workload.scheduler.depth
+        while self.dispatched < self.workload.max_steps:
+            self._arrivals()
+            if self.workload.abort_rate and self.rng.random() < self.workload.abort_rate:
+                self._abort_random()
+            if self.sched.has_requests() and len(self.queue) < depth:
+                self.dispatch()
+                if len(self.queue) < depth:
+                    continue
+            if self.queue:
+                self.execute()
+            elif not self.pending_requests:
+                break
+        return self.findings
+
+    def _arrivals(self) -> None:
+        target = 2 * self.workload.scheduler.max_num_seqs
+        while self.pending_requests and self.live_count < target:
+            self.add_request(self.pending_requests.popleft())
+
+    def _abort_random(self) -> None:
+        live = [rid for rid in self.requests if self.sched.is_live(rid, self._incarnations.get(rid, 0))]
+        if live:
+            self.abort(self.rng.choice(sorted(live)))
+
+    # ---- step methods ---------------------------------------------------------------------
+    def add_request(self, req: SimRequest) -> None:
+        self.requests[req.request_id] = req
+        self.tags[req.request_id] = prefix_tags(req.tokens)
+        self.live_count += 1
+        self.sched.add_request(
+            req.request_id, list(req.tokens[: req.prompt_len]), max_tokens=req.max_tokens, eos_token_id=0, remote=req.remote
+        )
+        self._log(f"sim.add_request({req.request_id!r}, prompt_len={req.prompt_len}, max_tokens={req.max_tokens}, remote={req.remote})", {req.request_id})
+
+    def abort(self, rid: str) -> None:
+        if self.sched.abort(rid):
+            self._finished(rid, "abort")
+            self._log(f"sim.abort({rid!r})", {rid})
+
+    def dispatch(self) -> None:
+        record = self.sched.schedule()
+        self.dispatched += 1
+        self._owners = None
+        index = self.dispatched
+        self.queue.append(_InFlight(record, index))
+        for rid in record.preempted_ids:
+            self._released(rid, "preempted")
+        for entry in record.requests:
+            self._incarnations[entry.request_id] = entry.incarnation
+            self._assign(entry.request_id, entry.block_ids, index)
+        own_exec = self.executed + len(self.queue)
+        for load in record.loads:
+            self._start_load(load, index, own_exec)
+        if record.zero_block_ids:
+            self._check_zeroing_targets(record, index)
+        parts = " ".join(f"{e.request_id}[{e.start}:{e.start + e.num_tokens}]" for e in record.requests)
+        loads = " ".join(f"load:{ld.request_id}{list(ld.block_ids)}" for ld in record.loads)
+        zero = f" zero={list(record.zero_block_ids)}" if record.zero_block_ids else ""
+        involved = {e.request_id for e in record.requests} | {ld.request_id for ld in record.loads}
+        self._log(f"sim.dispatch()  # step {index}: {parts} {loads}{zero}".rstrip(), involved)
+
+    def execute(self) -> None:
+        item = self.queue.popleft()
+        self.executed += 1
+        record, step = item.record, item.dispatch_index
+        for rid, pending in sorted(self.loads.items()):
+            if not pending.landed and pending.land_at <= self.executed:
+                self.land_load(pending)
+        for block in record.zero_block_ids:
+            self.memory.zero(block, ("zero", "", step))
+        for src, dst in record.block_copies:
+            self.memory.copy(src, dst, ("copy", "", step))
+        live = {e.request_id: self.sched.is_live(e.request_id, e.incarnation) for e in record.requests}
+        for entry in record.requests:
+            self._write_kv(entry, step, live[entry.request_id])
+        bad_state: set[str] = set()
+        for entry in record.requests:
+            if self.mamba_groups:
+                self._mamba(entry, step, live[entry.request_id], bad_state)
+        for entry in record.requests:
+            if live[entry.request_id]:
+                self._read_kv(entry, step)
+        sampled = {}
+        for entry in record.requests:
+            if entry.samples:
+                sampled[entry.request_id] = [self.requests[entry.request_id].tokens[entry.start + entry.num_tokens]]
+        ok, failed, invalid = self._reports()
+        finished = self.sched.update(record, sampled, finished_recving=ok, failed_recving=failed, invalid_block_ids=invalid)
+        self._owners = None
+        self._log(f"sim.execute()  # step {step}", {e.request_id for e in record.requests})
+        for rid, reason in finished:
+            self._finished(rid, reason)
+            self._log(f"sim.finish_{'eos' if reason == 'stop' else reason}({rid!r})", {rid})
+
+    def land_load(self, pending: _PendingLoad) -> None:
+        """The RDMA write of a load: whole attention blocks (tail slots zero, as the prefiller's were) and the state."""
+        load = pending.load
+        pending.landed = True
+        tags = self.tags[load.request_id]
+        writer = ("load", load.request_id, pending.step)
+        bs = self.bs
+        first, last = load.start // bs, _cdiv(load.end, bs)
+        limit = last if pending.valid_blocks is None else first + pending.valid_blocks
+        for g in self.attn_groups:
+            table = load.block_ids[g]
+            for j in range(first, min(limit, last)):
+                block = table[j]
+                for s in range(bs):
+                    p = j * bs + s
+                    self.memory.write_slot(block, s, tags[p] if p < load.end else ZERO, writer)
+        if pending.valid_blocks is None:
+            for g, mbs in self.mamba_groups:
+                block = load.block_ids[g][_cdiv(load.end, mbs) - 1]
+                self.memory.write_state(block, state_tag(tags, load.end), writer)
+        self._log(f"sim.land_load({load.request_id!r})  # blocks {list(load.block_ids)}", {load.request_id})
+
+    # ---- loads ----------------------------------------------------------------------------
+    def _start_load(self, load: LoadStart, step: int, own_exec: int) -> None:
+        report_at = own_exec + self.rng.randint(0, self.workload.load_latency_steps)
+        land_at = self.rng.randint(self.executed + 1, report_at)
+        valid = None
+        if self.rng.random() < self.workload.load_failure_rate:
+            num_blocks = _cdiv(load.end, self.bs) - load.start // self.bs
+            whole = self.mamba_groups or self.rng.random() < 0.5
+            valid = 0 if whole else self.rng.randrange(num_blocks)
+        self.loads[load.request_id] = _PendingLoad(load, step, land_at, report_at, valid)
+        targets = set()
+        for g in self.attn_groups:
+            targets.update(load.block_ids[g][load.start // self.bs : _cdiv(load.end, self.bs)])
+        for g, mbs in self.mamba_groups:
+            targets.add(load.block_ids[g][_cdiv(load.end, mbs) - 1])
+        self.load_blocks[load.request_id] = targets
+        for block in targets:
+            self.timelines[block].append(f"step {step}: load target of {load.request_id}")
+
+    def _reports(self) -> tuple[set[str], set[str], set[int]]:
+        ok: set[str] = set()
+        failed: set[str] = set()
+        invalid: set[int] = set()
+        for rid in sorted(self.loads):
+            pending = self.loads[rid]
+            if pending.report_at > self.executed:
+                continue
+            if not pending.landed:
+                self.land_load(pending)
+            del self.loads[rid]
+            if pending.valid_blocks is None:
+                ok.add(rid)
+            elif self.mamba_groups or pending.valid_blocks == 0 and self.rng.random() < 0.5:
+                failed.add(rid)
+            else:
+                load = pending.load
+                first = load.start // self.bs + pending.valid_blocks
+                table = load.block_ids[self.attn_groups[0]]
+                invalid.update(table[first : _cdiv(load.end, self.bs)])
+                ok.add(rid)
+        return ok, failed, invalid
+
+    # ---- memory effects and checks --------------------------------------------------------
+    def _owner_of(self, block: int, rid: str) -> str | None:
+        if self._owners is None:
+            self._owners = self.sched.owners()
+        others = [o for o in self._owners.get(block, ()) if o != rid]
+        return others[0] if others else None
+
+    def _hazard(self, kind_consumer: Kind, kind_local: Kind, entry: ScheduledRequest, block: int, step: int) -> None:
+        owner = self._owner_of(block, entry.request_id)
+        if owner is None or entry.request_id in (self._owners or {}).get(block, ()):
+            return
+        kind = kind_consumer if block in self.load_blocks.get(owner, ()) else kind_local
+        self._report(kind, step, (block,), owner, entry.request_id, f"step {step} of {entry.request_id} (no longer live) wrote block {block}, now owned by {owner}")
+
+    def _write_kv(self, entry: ScheduledRequest, step: int, live: bool) -> None:
+        tags = self.tags[entry.request_id]
+        writer = ("kv", entry.request_id, step)
+        bs = self.bs
+        for g in self.attn_groups:
+            table = entry.block_ids[g]
+            hazard_checked: set[int] = set()
+            for p in range(entry.start, entry.start + entry.num_tokens):
+                block = table[p // bs]
+                if not live and block not in hazard_checked:
+                    hazard_checked.add(block)
+                    self._hazard(Kind.STALE_WRITE_INTO_CONSUMER_BLOCK, Kind.STALE_WRITE_INTO_LOCAL_BLOCK, entry, block, step)
+                self.memory.write_slot(block, p % bs, tags[p], writer)
+                if live:
+                    self.own_blocks[entry.request_id].add(block)
+
+    def _mamba(self, entry: ScheduledRequest, step: int, live: bool, bad: set[str]) -> None:
+        rid, c, end = entry.request_id, entry.start, entry.start + entry.num_tokens
+        tags = self.tags[rid]
+        for g, mbs in self.mamba_groups:
+            table = entry.block_ids[g]
+            if c > 0 and live:
+                block = table[(c - 1) // mbs]
+                if block == 0:
+                    self._report(Kind.MAMBA_READ_NULL_BLOCK, step, (0,), rid, rid, f"{rid} read its state at token {c} from the null block")
+                    bad.add(rid)
+                elif self.memory.states[block] != state_tag(tags, c):
+                    self._state_mismatch(rid, block, c, step)
+                    bad.add(rid)
+            block = table[_cdiv(end, mbs) - 1]
+            if not live:
+                self._hazard(Kind.STALE_MAMBA_WRITE_INTO_CONSUMER_BLOCK, Kind.STALE_MAMBA_WRITE_INTO_LOCAL_BLOCK, entry, block, step)
+            self.memory.write_state(block, POISON if rid in bad else state_tag(tags, end), ("state", rid, step))
+            if live:
+                self.own_blocks[rid].add(block)
+
+    def _state_mismatch(self, rid: str, block: int, c: int, step: int) -> None:
+        actual = self.memory.states[block]
+        kind_w, writer, wstep = self.memory.state_writers[block]
+        propagated = actual == POISON and writer != rid
+        if writer == rid and kind_w in ("state", "load"):
+            kind = Kind.CORRUPTION_MAMBA_WRONG_OWN_STATE
+        elif kind_w == "state":
+            kind = Kind.CORRUPTION_MAMBA_STALE_WRITE
+        elif kind_w in ("kv", "zero"):
+            kind = Kind.CORRUPTION_MAMBA_CLOBBERED_BY_STALE_KV_WRITE
+        else:
+            kind = Kind.CORRUPTION_MAMBA_STALE_WRITE
+        detail = f"{rid} read state at token {c} from block {block}: last written by {kind_w} of {writer or '-'} at step {wstep}"
+        self._report(kind, step, (block,), rid, writer or kind_w, detail, propagated=propagated, since=wstep)
+
+    def _read_kv(self, entry: ScheduledRequest, step: int) -> None:
+        rid = entry.request_id
+        tags = self.tags[rid]
+        end = entry.start + entry.num_tokens
+        bs = self.bs
+        cache = self.verified[(rid, entry.incarnation)]
+        versions = self.memory.versions
+        check_tail = self.sched.needs_zeroing
+        for g in self.attn_groups:
+            table = entry.block_ids[g]
+            last = _cdiv(end, bs) - 1
+            for j in range(last + 1):
+                block = table[j]
+                need = bs if j < last else end - j * bs
+                if cache.get(block) == (versions[block], need):
+                    continue
+                cache[block] = (versions[block], need)
+                slots = self.memory.slots[block]
+                base = j * bs
+                for s in range(need):
+                    if slots[s] != tags[base + s]:
+                        self._kv_mismatch(rid, block, s, base + s, step)
+                        break
+                if check_tail and j == last:
+                    for s in range(need, bs):
+                        t = slots[s]
+                        if t != ZERO and (base + s >= len(tags) or t != tags[base + s]):
+                            w = self.memory.slot_writers[block][s]
+                            self._report(Kind.STALE_BYTES_VISIBLE, step, (block,), rid, w[1] or w[0],
+                                         f"{rid} reads block {block} whose slot {s} holds bytes of {w[0]} {w[1] or '-'} (step {w[2]}), not zero", since=w[2])
+                            break
+
+    def _kv_mismatch(self, rid: str, block: int, slot: int, pos: int, step: int) -> None:
+        actual = self.memory.slots[block][slot]
+        kind_w, writer, wstep = self.memory.slot_writers[block][slot]
+        if actual == ZERO and kind_w == "zero":
+            kind = Kind.CORRUPTION_ZEROED_AFTER_LOAD if block in self.load_blocks.get(rid, ()) else Kind.CORRUPTION_KV_MISMATCH
+        elif actual == GARBLE and kind_w == "state" and writer != rid:
+            kind = Kind.CORRUPTION_STALE_MAMBA_WRITE
+        elif kind_w == "kv" and writer != rid:
+            kind = Kind.CORRUPTION_STALE_KV_WRITE
+        else:
+            kind = Kind.CORRUPTION_KV_MISMATCH
+        propagated = block not in self.own_blocks.get(rid, ()) and block not in self.load_blocks.get(rid, ())
+        detail = f"{rid} read token {pos} from block {block} slot {slot}: last written by {kind_w} of {writer or '-'} at step {wstep}"
+        self._report(kind, step, (block,), rid, writer or kind_w, detail, propagated=propagated, since=wstep)
+
+    def _check_zeroing_targets(self, record: StepRecord, step: int) -> None:
+        outstanding = {rid for rid, p in self.loads.items() if not p.landed or p.report_at >= self.executed}
+        for rid in sorted(outstanding):
+            hit = self.load_blocks.get(rid, set()).intersection(record.zero_block_ids)
+            if hit:
+                blocks = tuple(sorted(hit))
+                self._report(Kind.ZEROING_OF_LOAD_TARGET, step, blocks, rid, "zeroing", f"step {step} zeroes blocks {list(blocks)} while {rid}'s load into them is outstanding")
+
+    # ---- bookkeeping ----------------------------------------------------------------------
+    def _assign(self, rid: str, tables: tuple[tuple[int, ...], ...], step: int) -> None:
+        known = self._known_blocks[rid]
+        for table in tables:
+            for block in table:
+                if block and block not in known:
+                    known.add(block)
+                    self.timelines[block].append(f"step {step}: -> {rid}")
+
+    def _released(self, rid: str, why: str) -> None:
+        for block in sorted(self._known_blocks.pop(rid, ())):
+            self.timelines[block].append(f"step {self.dispatched}: {rid} {why}")
+        self.own_blocks.pop(rid, None)
+        if why == "preempted":
+            self._log(f"sim.preempt({rid!r})", {rid})
+
+    def _finished(self, rid: str, reason: str) -> None:
+        self.live_count -= 1
+        self._released(rid, f"finished ({reason})")
+
+    def _log(self, line: str, rids: set[str]) -> None:
+        self.log.append((self.dispatched, line, frozenset(rids)))
+
+    def _report(self, kind: Kind, step: int, blocks: tuple[int, ...], victim: str, culprit: str, detail: str,
+                *, propagated: bool = False, since: int | None = None) -> None:
+        key = (kind, victim, culprit, blocks)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.num_findings += 1
+        if len(self.findings) >= MAX_FINDINGS_KEPT:
+            return
+        start = min(since if since is not None else step, step) - 2
+        involved = {victim, culprit}
+        lines = tuple(line for t, line, rids in self.log if t >= start and (rids & involved or "dispatch" in line and t >= step - 1))
+        timelines = {b: tuple(self.timelines[b][-8:]) for b in blocks if b}
+        reproducer = Reproducer(self.seed, self.workload.name, lines[-60:], timelines)
+        self.findings.append(Finding(kind, self.seed, step, blocks, victim, culprit, detail, propagated, reproducer))
