@@ -1,7 +1,7 @@
 """Answer extraction and scoring, exactly as vLLM's and lm-eval's GSM8K harnesses do it.
 
 `vllm` (and `chat`): vLLM's tests/evals/gsm8k/gsm8k_eval.py strips commas, takes the last run
-of digits and parses it with `ast.literal_eval` (so `-5` reads as 5, `3.75` as 75, and `007`
+of digits and parses it as `ast.literal_eval` would (so `-5` reads as 5, `3.75` as 75, and `007`
 fails to parse and is invalid); no number is invalid. The gold is the same function applied to
 the reference answer.
 
@@ -13,7 +13,6 @@ The record's main answer is strict-match, the number vLLM's PD accuracy gate rea
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 
@@ -39,11 +38,21 @@ class Score:
 def vllm_answer(text: str) -> int | None:
     """vLLM's `get_answer_value`: the last integer after removing commas, or None (its INVALID)."""
     numbers = _VLLM_NUMBER.findall(text.replace(",", ""))
-    if not numbers:
+    return _literal_int(numbers[-1]) if numbers else None
+
+
+def _literal_int(digits: str) -> int | None:
+    """What `ast.literal_eval` gives for a run of `\\d` characters, without compiling it.
+
+    Python source accepts only ASCII digits and no leading zero unless every digit is zero;
+    anything else is the SyntaxError vLLM's script counts as invalid. (Compiling costs more
+    than the rest of scoring together.)
+    """
+    if not digits.isascii() or (digits[0] == "0" and digits.strip("0")):
         return None
     try:
-        return ast.literal_eval(numbers[-1])
-    except (SyntaxError, ValueError):
+        return int(digits)
+    except ValueError:  # over Python's int string limit; literal_eval fails the same way
         return None
 
 
@@ -73,14 +82,16 @@ def gold_answer(style: str, reference: str) -> str:
     """The gold a style compares with, from GSM8K's worked reference answer."""
     if style == "lm-eval":
         return lmeval_normalize(reference)
-    gold = vllm_answer(reference)
+    # The last number of the whole reference is the last one after its final "####" whenever that
+    # part has a digit; scanning only the tail is the same answer at a fraction of the cost.
+    tail = reference.rsplit("####", 1)[-1]
+    gold = vllm_answer(tail) if _VLLM_NUMBER.search(tail) else vllm_answer(reference)
     return "" if gold is None else str(gold)
 
 
-def score(style: str, completion: str, reference: str) -> Score:
-    """Score one completion in `style` ("vllm", "chat" or "lm-eval") against the reference answer."""
+def score(style: str, completion: str, gold: str) -> Score:
+    """Score one completion in `style` ("vllm", "chat" or "lm-eval") against `gold_answer(style, reference)`."""
     if style == "lm-eval":
-        gold = lmeval_normalize(reference)
         strict, flexible = strict_match(completion), flexible_extract(completion)
         answers: dict[str, str | None] = {
             STRICT_MATCH: None if strict == LMEVAL_INVALID else strict,
@@ -92,11 +103,6 @@ def score(style: str, completion: str, reference: str) -> Score:
             correct=lmeval_normalize(strict) == gold,
             invalid=strict == LMEVAL_INVALID,
         )
-    predicted, gold_value = vllm_answer(completion), vllm_answer(reference)
+    predicted = vllm_answer(completion)
     answer = None if predicted is None else str(predicted)
-    return Score(
-        answer=answer,
-        answers={"vllm": answer},
-        correct=predicted is not None and predicted == gold_value,
-        invalid=predicted is None,
-    )
+    return Score(answer=answer, answers={"vllm": answer}, correct=answer is not None and answer == gold, invalid=answer is None)

@@ -151,11 +151,12 @@ def to_record(
     index: int, example: Example, outcome: Outcome, *, style: str, prompt: str, queue_s: float | None, request_id: str | None
 ) -> QuestionRecord:
     """A question's record from its request's outcome; a failed request is an error, never a wrong answer."""
-    scored = score(style, outcome.text, example.answer) if outcome.ok and outcome.text is not None else None
+    gold = gold_answer(style, example.answer)
+    scored = score(style, outcome.text, gold) if outcome.ok and outcome.text is not None else None
     return QuestionRecord(
         index=index,
         prompt_sha256=prompt_sha256(prompt),
-        gold=gold_answer(style, example.answer),
+        gold=gold,
         ok=outcome.ok,
         completion=outcome.text,
         token_ids=outcome.token_ids,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from lm_eval.api.metrics import exact_match_hf_evaluate
 from lm_eval.filters.extraction import RegexFilter
 
@@ -26,6 +30,8 @@ VLLM_CASES = [
     ("", None),
     ("The code is 007", None),  # ast.literal_eval rejects leading zeros
     ("0 apples", 0),
+    ("00 apples", 0),  # all zeros is a valid literal
+    ("\u0663 apples", None),  # an Arabic-Indic digit matches \d but is no Python literal
     ("first 12 then 30, then 4", 4),
 ]
 
@@ -34,6 +40,20 @@ VLLM_CASES = [
 def test_vllm_answer_matches_hand_checked_values(text, expected):
     """vllm style: strip commas, last integer, literal_eval; no number (or unparsable) is invalid."""
     assert vllm_answer(text) == expected
+
+
+def _their_value(digits: str):
+    """vLLM's own parse of a digit run: ast.literal_eval, SyntaxError meaning invalid."""
+    try:
+        return ast.literal_eval(digits)
+    except (SyntaxError, ValueError):
+        return None
+
+
+@given(st.from_regex(r"\d{1,30}", fullmatch=True))
+def test_vllm_parse_equals_ast_literal_eval(digits):
+    """pdcheck parses every digit run (any \\d, leading zeros) exactly as ast.literal_eval does."""
+    assert vllm_answer(digits) == _their_value(digits)
 
 
 LMEVAL_TEXTS = [
@@ -93,21 +113,32 @@ def test_score_vllm_style():
     """vllm style: correct when the last integer equals the reference's last integer; no number is invalid."""
     reference = "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs.\n#### 18"
     assert gold_answer("vllm", reference) == "18"
-    right = score("vllm", " She makes 9 * 2 = $18.", reference)
+    gold = gold_answer("vllm", reference)
+    right = score("vllm", " She makes 9 * 2 = $18.", gold)
     assert (right.answer, right.correct, right.invalid) == ("18", True, False)
-    wrong = score("vllm", " 9 eggs", reference)
+    wrong = score("vllm", " 9 eggs", gold)
     assert (wrong.answer, wrong.correct, wrong.invalid) == ("9", False, False)
-    invalid = score("vllm", " I do not know", reference)
+    invalid = score("vllm", " I do not know", gold)
     assert (invalid.answer, invalid.correct, invalid.invalid) == (None, False, True)
-    assert score("chat", "The answer is 18", reference).correct
+    assert score("chat", "The answer is 18", gold_answer("chat", reference)).correct
 
 
 def test_score_lmeval_style_uses_strict_match_and_keeps_both_answers():
     """lm-eval style: the main answer is strict-match; flexible-extract is kept beside it."""
-    reference = "It takes 2/2=1 bolt.\n#### 3"
-    s = score("lm-eval", " 2 + 1 = 3 bolts.\n#### 3", reference)
+    gold = gold_answer("lm-eval", "It takes 2/2=1 bolt.\n#### 3")
+    s = score("lm-eval", " 2 + 1 = 3 bolts.\n#### 3", gold)
     assert (s.answer, s.correct, s.invalid) == ("3", True, False)
     assert s.answers == {"strict-match": "3", "flexible-extract": "3"}
-    loose = score("lm-eval", " The total is 3 bolts.", reference)
+    loose = score("lm-eval", " The total is 3 bolts.", gold)
     assert (loose.answer, loose.correct, loose.invalid) == (None, False, True)
     assert loose.answers["flexible-extract"] == "3"
+
+
+def test_vllm_gold_equals_vllms_own_rule_on_all_of_gsm8k(gsm8k_dir):
+    """The gold (read from the tail after '####' for speed) equals get_answer_value of the whole reference."""
+    from pdcheck.config import EvalSettings
+    from pdcheck.evals.dataset import load_task
+
+    task = load_task(EvalSettings(dataset=gsm8k_dir))
+    for example in task.test + task.train:
+        assert gold_answer("vllm", example.answer) == str(vllm_answer(example.answer))

@@ -1,0 +1,186 @@
+"""Speed bar of issue 4: pdcheck's eval runner against lm-eval and against a bare aiohttp loop.
+
+All three ask the same GSM8K questions (5-shot prompts) of one instant fake OpenAI server on
+127.0.0.1, which runs in its own process so that it does not share the client's GIL:
+
+- floor: a minimal aiohttp loop, a semaphore of N, prompts built up front, nothing recorded;
+- pdcheck: `run_eval` (prompts, scoring, records appended to a JSONL file, summary);
+- lm-eval: `local-completions` with the same num_concurrent, through pdcheck's lm-eval engine.
+
+Bars: pdcheck at least 3x lm-eval's questions/s, and its wall time within 25% of the floor's.
+It also measures the peak memory of a 10k-question run in a fresh process.
+
+    .venv/bin/python benchmarks/bench_eval.py [--questions 1319] [--concurrency 64] [--repeats 3]
+
+Prints a table, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pdcheck.config import EvalSettings  # noqa: E402
+from pdcheck.evals import load_task, run_eval  # noqa: E402
+from pdcheck.evals.dataset import TaskData  # noqa: E402
+from pdcheck.evals.prompts import PromptBuilder, PromptOptions  # noqa: E402
+
+DEFAULT_GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
+_SERVER_CODE = (
+    "import sys\n"
+    "from tests.fakes.openai_server import FakeOpenAIServer\n"
+    "server = FakeOpenAIServer().start()\n"
+    "print(server.port, flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+def start_fake_server() -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVER_CODE], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    port = proc.stdout.readline().strip()
+    return proc, f"http://127.0.0.1:{port}"
+
+
+async def floor_loop(url: str, bodies: list[dict], concurrency: int) -> float:
+    """The least a client can do: N in flight, post, read JSON, keep the text."""
+    semaphore = asyncio.Semaphore(concurrency)
+    texts: list[str | None] = [None] * len(bodies)
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        async def one(i: int) -> None:
+            async with semaphore:
+                async with session.post(f"{url}/v1/completions", json=bodies[i]) as resp:
+                    texts[i] = (await resp.json())["choices"][0]["text"]
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(len(bodies))))
+        return time.perf_counter() - start
+
+
+def time_floor(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
+    builder = PromptBuilder(task, PromptOptions.from_settings(settings))
+    indices = task.indices(limit=settings.limit, offset=settings.offset)
+    bodies = [builder.body(builder.prompt(i), model="fake") for i in indices]
+    return asyncio.run(floor_loop(url, bodies, concurrency))
+
+
+def time_pdcheck(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        run_eval(url, task, settings=settings, concurrency=concurrency, out_path=Path(tmp) / "r.jsonl", model="fake")
+        return time.perf_counter() - start
+
+
+def time_lmeval(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
+    import lm_eval  # noqa: F401  imported before timing: the bar is about running, not importing
+
+    lm_settings = settings.model_copy(update={"engine": "lm-eval", "style": "lm-eval"})
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        run_eval(url, task, settings=lm_settings, concurrency=concurrency, out_path=Path(tmp) / "r.jsonl", model="fake")
+        return time.perf_counter() - start
+
+
+def memory_child(url: str, dataset: str, questions: int, concurrency: int) -> dict:
+    """Run in a fresh process: peak RSS of a `questions`-question run (GSM8K test repeated)."""
+    task = load_task(EvalSettings(dataset=dataset))
+    reps = -(-questions // len(task.test))
+    big = replace(task, test=(task.test * reps)[:questions])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        run_eval(url, big, settings=EvalSettings(), concurrency=concurrency, out_path=Path(tmp) / "r.jsonl", model="fake")
+        wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"questions": questions, "peak_rss_mib": after / 1024, "rss_growth_mib": (after - before) / 1024, "wall_s": wall}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--questions", type=int, default=1319)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--memory-questions", type=int, default=10_000)
+    parser.add_argument("--dataset", default=os.environ.get("PDCHECK_GSM8K_DIR", str(DEFAULT_GSM8K)))
+    parser.add_argument("--skip-lmeval", action="store_true")
+    parser.add_argument("--memory-child", metavar="URL", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        print(json.dumps(memory_child(args.memory_child, args.dataset, args.memory_questions, args.concurrency)))
+        return 0
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    task = load_task(EvalSettings(dataset=args.dataset))
+    settings = EvalSettings(dataset=args.dataset, limit=args.questions)
+    server, url = start_fake_server()
+    try:
+        floor, pdcheck, floor_cpu, pdcheck_cpu = [], [], [], []
+        time_pdcheck(url, task, settings, args.concurrency)  # warm the server's and client's code paths
+        for _ in range(args.repeats):  # interleaved, so machine noise hits both alike
+            for walls, cpus, fn in ((floor, floor_cpu, time_floor), (pdcheck, pdcheck_cpu, time_pdcheck)):
+                cpu_start = time.process_time()
+                walls.append(fn(url, task, settings, args.concurrency))
+                cpus.append(time.process_time() - cpu_start)
+        lmeval = None if args.skip_lmeval else time_lmeval(url, task, settings, args.concurrency)
+        mem_out = subprocess.run(
+            [sys.executable, __file__, "--memory-child", url, "--dataset", args.dataset,
+             "--memory-questions", str(args.memory_questions), "--concurrency", str(args.concurrency)],
+            capture_output=True, text=True, check=True,
+        )
+        memory = json.loads(mem_out.stdout.strip().splitlines()[-1])
+    finally:
+        server.stdin.close()
+        server.terminate()
+        server.wait(10)
+
+    n = args.questions
+    floor_s, pdcheck_s = statistics.median(floor), statistics.median(pdcheck)
+    result = {
+        "bench": "eval",
+        "questions": n,
+        "concurrency": args.concurrency,
+        "floor_s": round(floor_s, 4),
+        "pdcheck_s": round(pdcheck_s, 4),
+        "lmeval_s": None if lmeval is None else round(lmeval, 3),
+        "pdcheck_qps": round(n / pdcheck_s, 1),
+        "lmeval_qps": None if lmeval is None else round(n / lmeval, 1),
+        "pdcheck_over_floor": round(pdcheck_s / floor_s, 3),
+        # The client's own CPU: less exposed than wall time to other load on a shared machine.
+        "floor_cpu_s": round(statistics.median(floor_cpu), 4),
+        "pdcheck_cpu_s": round(statistics.median(pdcheck_cpu), 4),
+        "pdcheck_speedup_vs_lmeval": None if lmeval is None else round(lmeval / pdcheck_s, 1),
+        "memory": memory,
+    }
+    result["bar_floor_ok"] = result["pdcheck_over_floor"] <= 1.25
+    result["bar_lmeval_ok"] = None if lmeval is None else result["pdcheck_speedup_vs_lmeval"] >= 3
+    print(f"{n} questions at concurrency {args.concurrency} (median of {args.repeats}):")
+    print(f"  floor (bare aiohttp loop) {floor_s:8.3f} s  {n / floor_s:8.1f} q/s")
+    print(f"  pdcheck runner            {pdcheck_s:8.3f} s  {n / pdcheck_s:8.1f} q/s  = {result['pdcheck_over_floor']:.2f}x the floor (bar <= 1.25)")
+    print(f"  client CPU: floor {result['floor_cpu_s']:.3f} s, pdcheck {result['pdcheck_cpu_s']:.3f} s")
+    if lmeval is not None:
+        print(f"  lm-eval local-completions {lmeval:8.3f} s  {n / lmeval:8.1f} q/s  pdcheck is {result['pdcheck_speedup_vs_lmeval']}x faster (bar >= 3)")
+    print(f"  memory, {memory['questions']} questions: peak RSS {memory['peak_rss_mib']:.0f} MiB "
+          f"(+{memory['rss_growth_mib']:.0f} MiB during the run), {memory['wall_s']:.2f} s")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
