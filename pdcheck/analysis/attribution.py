@@ -81,7 +81,9 @@ class ArmObservation(Serializable):
         return float(np.polyfit(xs, ys, 1)[0])
 
     def describe(self) -> str:
-        per = ", ".join(f"c{c}: {v.value} ({self.delta_pts.get(c, float('nan')):+.1f} pts)" for c, v in sorted(self.verdicts.items()))
+        per = ", ".join(
+            f"c{c}: {v.value} ({self.delta_pts.get(c, float('nan')):+.1f} pts)" for c, v in sorted(self.verdicts.items())
+        )
         return f"{self.cell} [{per}]"
 
 
@@ -220,7 +222,9 @@ def _harness_attributions(findings: Mapping[str, int]) -> list[Attribution]:
     return [Attribution(race=r, rule="harness", cell="race-harness", evidence=tuple(ev)) for r, ev in by_race.items()]
 
 
-def attribute(observations: Iterable[ArmObservation], *, race_findings: Mapping[str, int] | None = None) -> list[Attribution]:
+def attribute(
+    observations: Iterable[ArmObservation], *, race_findings: Mapping[str, int] | None = None
+) -> list[Attribution]:
     """Every rule that holds for every arm, in rule order, plus the race harness's findings by kind."""
     arms = list(observations)
     groups: dict[tuple[str, str], list[ArmObservation]] = {}

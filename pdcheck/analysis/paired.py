@@ -276,6 +276,8 @@ def compare_paired(
             baseline_runs=tuple(a for r in (baseline_records, *baseline_repeats) if (a := _accuracy(r)) is not None),
             pd_runs=tuple(a for r in (pd_records, *pd_repeats) if (a := _accuracy(r)) is not None),
         ),
-        power=summarize_power(n_pairs=n, discordance=(worse + better) / n if n else 0.0, alpha=alpha, margin_pts=margin_pts),
+        power=summarize_power(
+            n_pairs=n, discordance=(worse + better) / n if n else 0.0, alpha=alpha, margin_pts=margin_pts
+        ),
         compatibility=compat,
     )

@@ -109,7 +109,13 @@ class SequentialTest:
         return self._stop
 
 
-def replay(baseline_records: Sequence[QuestionRecord], pd_records: Sequence[QuestionRecord], *, alpha: float, margin_pts: float) -> EarlyStop | None:
+def replay(
+    baseline_records: Sequence[QuestionRecord],
+    pd_records: Sequence[QuestionRecord],
+    *,
+    alpha: float,
+    margin_pts: float,
+) -> EarlyStop | None:
     """Where the early stop would have called a finished run: PD records in file (finish) order.
 
     Questions that failed on either side are not pairs and are skipped, as during a live run.

@@ -56,9 +56,9 @@ def _tables(c: PairedComparison) -> list[Table]:
     for col in ("identical", "tie flips", "corruption-grade", "unclassified", "first divergence p50 / p90", "histogram"):
         agree.add_column(col)
     hist = " ".join(f"{k}:{v}" for k, v in a.position_histogram.items() if v)
+    positions = " / ".join("-" if p is None else f"{p:g}" for p in (a.position_p50, a.position_p90))
     agree.add_row(f"{a.n_identical}/{a.n_pairs}", str(a.n_tie), str(a.n_corruption), str(a.n_unclassified),
-                  f"{a.position_p50 if a.position_p50 is not None else '-'} / {a.position_p90 if a.position_p90 is not None else '-'}",
-                  hist or "-")
+                  positions, hist or "-")
     if c.control is not None:
         ct = c.control
         agree.caption = (f"vs {ct.source}: {ct.pd_count}/{ct.pd_pairs} {ct.basis} in PD, "

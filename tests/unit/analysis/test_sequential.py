@@ -58,13 +58,3 @@ def test_replay_follows_file_order_and_skips_errors():
     assert stop is not None and stop.n_pairs < 15
     assert replay(base, base, alpha=0.05, margin_pts=2.0) is None
 
-
-def test_type_one_error_under_the_null_with_continuous_monitoring():
-    """Checked after every pair, the test stops a no-regression run at most alpha of the time (Ville)."""
-    rng = np.random.default_rng(11)
-    sims, max_discordant, alpha = 4000, 400, 0.05
-    x = rng.random((sims, max_discordant)) < 0.5  # True: the discordant pair is PD-worse
-    worse = np.cumsum(x, axis=1)
-    m = np.arange(1, max_discordant + 1)
-    crossed = (log_mixture_ratio(worse, m) >= np.log(1 / alpha)).any(axis=1)
-    assert crossed.mean() <= alpha
