@@ -104,15 +104,15 @@ def _against_note(against: RunResults, comparison: Comparison) -> str:
     return text
 
 
-def _shed_notice(detail: _Detail, n_failures: int, max_chars: int, run: RunResults) -> str | None:
+def _shed_notice(detail: _Detail, n_failures: int, *, has_charts: bool, max_chars: int, run: RunResults) -> str | None:
     dropped = []
     if detail.full_failures < n_failures:
         dropped.append(f"{n_failures - detail.full_failures} of {n_failures} failure details blocks")
     if not detail.examples and n_failures:
         dropped.append("the diverging examples")
-    if not detail.charts:
+    if not detail.charts and has_charts:
         dropped.append("the charts")
-    if not detail.race_evidence:
+    if not detail.race_evidence and run.race is not None:
         dropped.append("the race evidence tables")
     if not detail.wide_table:
         dropped.append("the statistics columns of the table")
@@ -173,7 +173,7 @@ def render_markdown(run: RunResults, *, against: RunResults | None = None,
             if rest:
                 parts.append("\n".join(f.line if detail.examples else f.bare_line for f in rest))
         parts += ["## Methodology", methodology]
-        notice = _shed_notice(detail, len(failures), max_chars, run)
+        notice = _shed_notice(detail, len(failures), has_charts=bool(charts), max_chars=max_chars, run=run)
         if notice:
             parts.append(notice)
         return "\n\n".join(parts) + "\n"
