@@ -14,7 +14,7 @@ that produced it. The rules, in order (also the table in docs/analysis.md):
 | both-fixes | block-reuse or zeroing | both fixes off, flagged | fixes on passes, no single-fix arm to split |
 | scheduling | scheduling race | async on, flagged, worse with concurrency (or one level) | same arm with async off passes |
 | sync-failure | pd-transfer | async off, flagged, no fault injected | (none: one batch in flight rules out both races) |
-| harness | block-reuse / zeroing | the in-process race harness reports findings of that kind | |
+| harness | block-reuse / zeroing / connector | the race harness reports findings of family BLOCK_REUSE / ZEROING / OTHER | |
 
 "Flagged" is REGRESSION or SUSPECT at any concurrency; "passes" is PASS at every concurrency.
 """
@@ -30,7 +30,7 @@ from pdcheck.analysis._serial import Serializable
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.config import Cell
 
-__all__ = ["ArmObservation", "Attribution", "RULES", "attribute"]
+__all__ = ["HARNESS_FAMILIES", "RULES", "ArmObservation", "Attribution", "attribute"]
 
 
 @dataclass(frozen=True)
@@ -207,25 +207,30 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
-# Substrings of race-harness finding kinds and the race each points to; zeroing first, since
-# its kinds also mention stale data.
-_HARNESS_KINDS = (("ZERO", "zeroing"), ("STALE", "block-reuse"), ("REUSE", "block-reuse"), ("MAMBA", "block-reuse"))
+# The race harness's finding families (`pdcheck.race.findings.Family` values, as its summary
+# writes them) and the race each names. OTHER is a connector bug, e.g. loading N tokens into a hybrid.
+HARNESS_FAMILIES = {"BLOCK_REUSE": "block-reuse", "ZEROING": "zeroing", "OTHER": "connector"}
 
 
-def _harness_attributions(findings: Mapping[str, int]) -> list[Attribution]:
-    by_race: dict[str, list[str]] = {}
-    for kind, count in sorted(findings.items()):
-        if count <= 0:
-            continue
-        race = next((r for key, r in _HARNESS_KINDS if key in kind.upper()), "unclassified harness finding")
-        by_race.setdefault(race, []).append(f"race harness: {count} × {kind}")
-    return [Attribution(race=r, rule="harness", cell="race-harness", evidence=tuple(ev)) for r, ev in by_race.items()]
+def _harness_attributions(findings_by_family: Mapping[str, int]) -> list[Attribution]:
+    out = []
+    for family, count in sorted(findings_by_family.items()):
+        if family not in HARNESS_FAMILIES:
+            raise ValueError(f"unknown race-harness finding family {family!r}; known: {', '.join(HARNESS_FAMILIES)}")
+        if count > 0:
+            evidence = (f"the in-process race harness found {count} × {family} with vLLM's real scheduler",)
+            out.append(Attribution(race=HARNESS_FAMILIES[family], rule="harness", cell="race-harness", evidence=evidence))
+    return out
 
 
 def attribute(
-    observations: Iterable[ArmObservation], *, race_findings: Mapping[str, int] | None = None
+    observations: Iterable[ArmObservation], *, race_findings_by_family: Mapping[str, int] | None = None
 ) -> list[Attribution]:
-    """Every rule that holds for every arm, in rule order, plus the race harness's findings by kind."""
+    """Every rule that holds for every arm, in rule order, plus the race harness's findings.
+
+    `race_findings_by_family` is the harness summary's count per family (e.g. its
+    `seeds_by_family`, summed over variants): BLOCK_REUSE, ZEROING or OTHER.
+    """
     arms = list(observations)
     groups: dict[tuple[str, str], list[ArmObservation]] = {}
     for arm in arms:
@@ -238,4 +243,4 @@ def attribute(
             for rule in RULES
             if rule.holds(arm, peers)
         )
-    return out + _harness_attributions(race_findings or {})
+    return out + _harness_attributions(race_findings_by_family or {})

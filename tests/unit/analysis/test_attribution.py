@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pdcheck.analysis import ArmObservation, Attribution, Verdict, attribute
-from pdcheck.analysis.attribution import RULES
+from pdcheck.analysis.attribution import HARNESS_FAMILIES, RULES
 from pdcheck.config import expand_cells, load_sweep
 
 P, R, S = Verdict.PASS, Verdict.REGRESSION, Verdict.SUSPECT
@@ -90,10 +92,19 @@ def test_arms_of_other_models_are_not_counterparts():
     assert out == []
 
 
-def test_harness_findings_by_kind():
-    """Race-harness findings are attributed by kind, zeroing before stale writes."""
-    out = attribute([], race_findings={"STALE_WRITE_INTO_CONSUMER_BLOCK": 3, "ZEROED_LOADED_KV": 2, "X": 0})
+def test_harness_findings_by_family():
+    """Race-harness findings name the race of their family; an unknown family is an error listing the known ones."""
+    out = attribute([], race_findings_by_family={"BLOCK_REUSE": 3, "ZEROING": 2, "OTHER": 0})
     assert {(a.race, a.cell) for a in out} == {("block-reuse", "race-harness"), ("zeroing", "race-harness")}
+    with pytest.raises(ValueError, match="known: BLOCK_REUSE"):
+        attribute([], race_findings_by_family={"STALE": 1})
+
+
+def test_harness_families_match_the_race_module():
+    """The family names attribution reads are exactly the ones the race harness writes."""
+    from pdcheck.race.findings import Family
+
+    assert set(HARNESS_FAMILIES) == {f.value for f in Family}
 
 
 def test_from_cell_and_json_round_trip():
