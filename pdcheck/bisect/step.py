@@ -87,17 +87,15 @@ def build_overlay(worktree: Path, sha: str, installed_vllm: Path, dest: Path) ->
     return root
 
 
-def _check_overlay_imports(python: str, overlay: Path) -> str | None:
-    """None if the overlay's scheduler imports; else why not (ABI mismatch named as such)."""
-    env = dict(os.environ, PYTHONPATH=str(overlay))
-    proc = subprocess.run([python, "-c", "import vllm.v1.core.sched.scheduler"],
-                          capture_output=True, text=True, env=env, timeout=600)
-    if proc.returncode == 0:
-        return None
-    tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-    if any(m in proc.stderr for m in _ABI_MARKERS):
+def _explain_infra(log_text: str) -> str | None:
+    """Why a run could not judge the commit, when its output says (compiled ABI, import failure)."""
+    lines = [ln for ln in log_text.strip().splitlines() if ln.strip()]
+    tail = lines[-1] if lines else "(no output)"
+    if any(m in log_text for m in _ABI_MARKERS):
         return f"the commit's compiled ABI is too far from the installed vLLM: {tail}"
-    return f"the commit does not import: {tail}"
+    if "Error" in log_text and ("import" in log_text or "SyntaxError" in log_text):
+        return f"the commit does not import: {tail}"
+    return None
 
 
 def _predicate_argv(cfg: BisectConfig, run_dir: Path) -> list[str]:
@@ -124,7 +122,6 @@ def run_step(cfg: BisectConfig) -> StepResult:
     if cfg.install == "overlay":
         try:
             overlay = build_overlay(worktree, sha, Path(str(cfg.installed_vllm_path)), out / "overlays")
-            skip_reason = _check_overlay_imports(cfg.python, overlay)
             env["PYTHONPATH"] = str(overlay) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         except (RuntimeError, OSError) as exc:
             skip_reason = f"could not lay the commit over the installed vLLM: {exc}"
@@ -146,13 +143,20 @@ def run_step(cfg: BisectConfig) -> StepResult:
                                       env=env, stdout=log,
                                       stderr=subprocess.STDOUT)
             codes.append(proc.returncode)
+            if proc.returncode not in (0, 1):
+                why = _explain_infra((run_dir / "output.log").read_text(errors="replace"))
+                if why is not None:
+                    skip_reason = why
+                    break
         outcome, reason = decide_outcome(codes, cfg.policy)
+        if skip_reason is not None:
+            outcome, reason = SKIP, skip_reason
     else:
         outcome, reason = SKIP, skip_reason
 
     result = StepResult(sha, outcome, reason, tuple(codes), round(time.monotonic() - start, 2))
-    # Infra skips may pass on a retry; commits that are good, bad or do not import are cached.
-    if outcome != SKIP or not codes:
+    # Infra skips may pass on a retry; commits that are good, bad or cannot install/import are cached.
+    if outcome != SKIP or skip_reason is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         cache_file.write_text(json.dumps(result.to_dict()))
     return result

@@ -195,7 +195,8 @@ class RaceSettings(_Strict):
 
     seeds: PositiveInt = 20
     requests: PositiveInt = 300
-    variants: tuple[str, ...] = ("full-attention", "hybrid")
+    # Harness workload variants (`pdcheck race --help` lists them); empty means its defaults.
+    variants: tuple[str, ...] = ()
 
 
 class SweepSpec(_Strict):
