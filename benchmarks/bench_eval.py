@@ -3,7 +3,7 @@
 All three ask the same GSM8K questions (5-shot prompts) of one instant fake OpenAI server on
 127.0.0.1, which runs in its own process so that it does not share the client's GIL:
 
-- floor: a minimal aiohttp loop, a semaphore of N, prompts built up front, nothing recorded;
+- floor: a minimal aiohttp loop, a semaphore of N, the same prompts built per request, nothing\n  recorded or scored;
 - pdcheck: `run_eval` (prompts, scoring, records appended to a JSONL file, summary);
 - lm-eval: `local-completions` with the same num_concurrent, through pdcheck's lm-eval engine.
 
@@ -58,27 +58,26 @@ def start_fake_server() -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-async def floor_loop(url: str, bodies: list[dict], concurrency: int) -> float:
-    """The least a client can do: N in flight, post, read JSON, keep the text."""
+async def floor_loop(url: str, builder: PromptBuilder, indices: range, concurrency: int) -> float:
+    """The least a client can do: build each body, N in flight, post, read JSON, keep the text."""
     semaphore = asyncio.Semaphore(concurrency)
-    texts: list[str | None] = [None] * len(bodies)
+    texts: dict[int, str] = {}
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         async def one(i: int) -> None:
             async with semaphore:
-                async with session.post(f"{url}/v1/completions", json=bodies[i]) as resp:
+                body = builder.body(builder.prompt(i), model="fake")
+                async with session.post(f"{url}/v1/completions", json=body) as resp:
                     texts[i] = (await resp.json())["choices"][0]["text"]
 
         start = time.perf_counter()
-        await asyncio.gather(*(one(i) for i in range(len(bodies))))
+        await asyncio.gather(*(one(i) for i in indices))
         return time.perf_counter() - start
 
 
 def time_floor(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
     builder = PromptBuilder(task, PromptOptions.from_settings(settings))
-    indices = task.indices(limit=settings.limit, offset=settings.offset)
-    bodies = [builder.body(builder.prompt(i), model="fake") for i in indices]
-    return asyncio.run(floor_loop(url, bodies, concurrency))
+    return asyncio.run(floor_loop(url, builder, task.indices(limit=settings.limit, offset=settings.offset), concurrency))
 
 
 def time_pdcheck(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
@@ -98,18 +97,33 @@ def time_lmeval(url: str, task: TaskData, settings: EvalSettings, concurrency: i
         return time.perf_counter() - start
 
 
+def _peak_rss_mib() -> float:
+    """This process's peak RSS (VmHWM), which `_reset_peak_rss` restarts from the current RSS."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _reset_peak_rss() -> None:
+    # ru_maxrss survives fork+exec (it would report the parent's peak); clear_refs "5" resets VmHWM.
+    Path("/proc/self/clear_refs").write_text("5")
+
+
 def memory_child(url: str, dataset: str, questions: int, concurrency: int) -> dict:
     """Run in a fresh process: peak RSS of a `questions`-question run (GSM8K test repeated)."""
+    _reset_peak_rss()
     task = load_task(EvalSettings(dataset=dataset))
     reps = -(-questions // len(task.test))
     big = replace(task, test=(task.test * reps)[:questions])
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = _peak_rss_mib()
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         run_eval(url, big, settings=EvalSettings(), concurrency=concurrency, out_path=Path(tmp) / "r.jsonl", model="fake")
         wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"questions": questions, "peak_rss_mib": after / 1024, "rss_growth_mib": (after - before) / 1024, "wall_s": wall}
+    after = _peak_rss_mib()
+    return {"questions": questions, "peak_rss_mib": round(after, 1), "rss_growth_mib": round(after - before, 1),
+            "wall_s": round(wall, 3)}
 
 
 def main() -> int:
@@ -138,13 +152,13 @@ def main() -> int:
                 cpu_start = time.process_time()
                 walls.append(fn(url, task, settings, args.concurrency))
                 cpus.append(time.process_time() - cpu_start)
-        lmeval = None if args.skip_lmeval else time_lmeval(url, task, settings, args.concurrency)
         mem_out = subprocess.run(
             [sys.executable, __file__, "--memory-child", url, "--dataset", args.dataset,
              "--memory-questions", str(args.memory_questions), "--concurrency", str(args.concurrency)],
             capture_output=True, text=True, check=True,
         )
         memory = json.loads(mem_out.stdout.strip().splitlines()[-1])
+        lmeval = None if args.skip_lmeval else time_lmeval(url, task, settings, args.concurrency)
     finally:
         server.stdin.close()
         server.terminate()
