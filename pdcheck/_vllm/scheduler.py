@@ -123,6 +123,11 @@ def check_internals() -> None:
         raise VllmIncompatible(vllm_version(), missing=missing)
 
 
+def quiet_vllm_logs() -> None:
+    """The harness triggers load failures on purpose; vLLM's per-failure warnings would drown the summary."""
+    logging.getLogger("vllm").setLevel(logging.CRITICAL)
+
+
 @functools.cache
 def fixes_present() -> dict[str, bool]:
     """Which race fixes the installed vLLM has; a fix whose internals are missing predates this vLLM."""

@@ -74,10 +74,12 @@ class Reproducer:
     variant: str
     lines: tuple[str, ...]
     owner_timelines: dict[int, tuple[str, ...]]
+    options: str = ""  # the other `pdcheck race` options of the run (fix switches, depth, mutation)
 
     def render(self) -> str:
         """A replayable slice, like hypothesis's ``state.rule(...)`` program: the run is deterministic per seed."""
-        out = [f"# pdcheck race --variant {self.variant} --seed-start {self.seed} --seeds 1", *self.lines]
+        command = f"pdcheck race --variant {self.variant} --seed-start {self.seed} --seeds 1 {self.options}".rstrip()
+        out = [f"# replay: {command}", *self.lines]
         for block, events in sorted(self.owner_timelines.items()):
             out.append(f"# block {block}: " + "; ".join(events))
         return "\n".join(out)
@@ -88,12 +90,13 @@ class Reproducer:
             "variant": self.variant,
             "lines": list(self.lines),
             "owner_timelines": {str(b): list(e) for b, e in self.owner_timelines.items()},
+            "options": self.options,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Reproducer:
         timelines = {int(b): tuple(e) for b, e in data["owner_timelines"].items()}
-        return cls(data["seed"], data["variant"], tuple(data["lines"]), timelines)
+        return cls(data["seed"], data["variant"], tuple(data["lines"]), timelines, data.get("options", ""))
 
 
 @dataclasses.dataclass(frozen=True)

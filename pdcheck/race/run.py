@@ -141,13 +141,13 @@ class RaceSummary:
         )
 
 
-def run_seed(workload: Workload, seed: int) -> SeedResult:
+def run_seed(workload: Workload, seed: int, *, replay_options: str = "") -> SeedResult:
     """One deterministic run: a fresh scheduler (built under whatever patches are active) and one RaceSim."""
     from pdcheck._vllm.scheduler import SimScheduler
     from pdcheck.race.sim import RaceSim
 
     scheduler = SimScheduler(workload.scheduler)
-    sim = RaceSim(workload, seed, scheduler)
+    sim = RaceSim(workload, seed, scheduler, replay_options=replay_options)
     t0 = time.perf_counter()
     findings = sim.run()
     sim_s = time.perf_counter() - t0
@@ -205,6 +205,7 @@ def run_race(
         from pdcheck._vllm import scheduler as adapter
 
         adapter.check_internals()
+        adapter.quiet_vllm_logs()
         if mutation is not None and mutation not in adapter.MUTATIONS:
             raise HarnessError(f"unknown mutation {mutation!r}; allowed: {', '.join(adapter.MUTATIONS)}")
         results = []
@@ -216,10 +217,16 @@ def run_race(
                 from pdcheck.vllm_plugin.trace_recorder import recording
 
                 stack.enter_context(recording(trace_dir))
+            options = " ".join(
+                [f"--requests {requests}"]
+                + [f"--disable-fix {f}" for f in fixes]
+                + ([f"--depth {depth}"] if depth is not None else [])
+                + ([f"--mutation {mutation}"] if mutation else [])
+            )
             for workload in workloads:
                 per_seed = []
                 for seed in range(seed_start, seed_start + seeds):
-                    result = run_seed(workload, seed)
+                    result = run_seed(workload, seed, replay_options=options)
                     per_seed.append(result)
                     if on_seed is not None:
                         on_seed(result)

@@ -38,6 +38,9 @@ class _PendingLoad:
     land_at: int  # execution index before which it lands
     report_at: int  # execution index whose output reports it
     valid_blocks: int | None  # None: every block lands; k: only the first k attention blocks (then reported failed)
+    # With no older step in flight, the own step's zeroing runs on an idle stream before the RDMA
+    # can land (why synchronous scheduling has no zeroing race).
+    after_zeroing: bool = False
     landed: bool = False
 
 
@@ -50,8 +53,9 @@ class _InFlight:
 class RaceSim:
     """One seed of one workload: drives a SimScheduler and checks shadow memory. Call ``run()``."""
 
-    def __init__(self, workload: Workload, seed: int, scheduler: SimScheduler) -> None:
+    def __init__(self, workload: Workload, seed: int, scheduler: SimScheduler, *, replay_options: str = "") -> None:
         self.workload = workload
+        self.replay_options = replay_options
         self.seed = seed
         self.rng = random.Random(seed)
         self.sched = scheduler
@@ -147,11 +151,10 @@ class RaceSim:
         item = self.queue.popleft()
         self.executed += 1
         record, step = item.record, item.dispatch_index
-        for rid, pending in sorted(self.loads.items()):
-            if not pending.landed and pending.land_at <= self.executed:
-                self.land_load(pending)
+        self._land_due(after_zeroing=False)
         for block in record.zero_block_ids:
             self.memory.zero(block, ("zero", "", step))
+        self._land_due(after_zeroing=True)
         for src, dst in record.block_copies:
             self.memory.copy(src, dst, ("copy", "", step))
         live = {e.request_id: self.sched.is_live(e.request_id, e.incarnation) for e in record.requests}
@@ -175,6 +178,11 @@ class RaceSim:
         for rid, reason in finished:
             self._finished(rid, reason)
             self._log(f"sim.finish_{'eos' if reason == 'stop' else reason}({rid!r})", {rid})
+
+    def _land_due(self, *, after_zeroing: bool) -> None:
+        for _, pending in sorted(self.loads.items()):
+            if not pending.landed and pending.land_at <= self.executed and pending.after_zeroing == after_zeroing:
+                self.land_load(pending)
 
     def land_load(self, pending: _PendingLoad) -> None:
         """The RDMA write of a load: whole attention blocks (tail slots zero, as the prefiller's were) and the state."""
@@ -207,7 +215,8 @@ class RaceSim:
             num_blocks = _cdiv(load.end, self.bs) - load.start // self.bs
             whole = self.mamba_groups or self.rng.random() < 0.5
             valid = 0 if whole else self.rng.randrange(num_blocks)
-        self.loads[load.request_id] = _PendingLoad(load, step, land_at, report_at, valid)
+        after_zeroing = len(self.queue) == 1 and land_at == own_exec
+        self.loads[load.request_id] = _PendingLoad(load, step, land_at, report_at, valid, after_zeroing)
         targets = set()
         for g in self.attn_groups:
             targets.update(load.block_ids[g][load.start // self.bs : _cdiv(load.end, self.bs)])
@@ -341,7 +350,7 @@ class RaceSim:
         actual = self.memory.slots[block][slot]
         kind_w, writer, wstep = self.memory.slot_writers[block][slot]
         if actual == ZERO and kind_w == "zero":
-            kind = Kind.CORRUPTION_ZEROED_AFTER_LOAD if block in self.load_blocks.get(rid, ()) else Kind.CORRUPTION_KV_MISMATCH
+            kind = Kind.CORRUPTION_ZEROED_AFTER_LOAD  # zeroing landed after the content it should precede
         elif actual == GARBLE and kind_w == "state" and writer != rid:
             kind = Kind.CORRUPTION_STALE_MAMBA_WRITE
         elif kind_w == "kv" and writer != rid:
@@ -353,7 +362,10 @@ class RaceSim:
         self._report(kind, step, (block,), rid, writer or kind_w, detail, propagated=propagated, since=wstep)
 
     def _check_zeroing_targets(self, record: StepRecord, step: int) -> None:
-        outstanding = {rid for rid, p in self.loads.items() if not p.landed or p.report_at >= self.executed}
+        # A load started by this same step is safe when no older step is in flight: the zeroing
+        # then runs on an idle stream before the RDMA can land (synchronous scheduling).
+        older_in_flight = len(self.queue) > 1
+        outstanding = {rid for rid, p in self.loads.items() if p.step < step or older_in_flight}
         for rid in sorted(outstanding):
             hit = self.load_blocks.get(rid, set()).intersection(record.zero_block_ids)
             if hit:
@@ -396,5 +408,5 @@ class RaceSim:
         involved = {victim, culprit}
         lines = tuple(line for t, line, rids in self.log if t >= start and (rids & involved or "dispatch" in line and t >= step - 1))
         timelines = {b: tuple(self.timelines[b][-8:]) for b in blocks if b}
-        reproducer = Reproducer(self.seed, self.workload.name, lines[-60:], timelines)
+        reproducer = Reproducer(self.seed, self.workload.name, lines[-60:], timelines, self.replay_options)
         self.findings.append(Finding(kind, self.seed, step, blocks, victim, culprit, detail, propagated, reproducer))

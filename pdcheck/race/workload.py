@@ -29,7 +29,7 @@ class Workload:
     abort_rate: float = 0.0  # chance per step that one live request is aborted
     load_failure_rate: float = 0.0  # chance that a load fails (half whole, half partial)
     prompt_tokens: tuple[int, int] = (8, 160)
-    max_tokens: tuple[int, int] = (2, 40)
+    max_tokens: tuple[int, int] = (2, 24)
     shared_prefix_fraction: float = 0.3  # prompts that start with one of a few shared prefixes
     prefix_families: int = 4
     load_latency_steps: int = 2  # a load is reported up to this many steps after its own step
