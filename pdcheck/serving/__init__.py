@@ -1,3 +1,30 @@
-"""Serving: vLLM server processes, ports, GPUs, the PD proxy and attach mode."""
+"""Serving: vLLM server processes, ports, GPUs, the PD proxy, KV evidence and attach mode.
 
-__all__: list[str] = []
+Nothing here imports vLLM: servers are subprocesses, and vLLM's own argument parser runs in
+a subprocess of the arm's python (`check_serve_argv`).
+"""
+
+from pdcheck.serving.argcheck import check_serve_argv
+from pdcheck.serving.argv import build_env, build_serve_argv
+from pdcheck.serving.metrics import KvTransferMetrics, require_kv_transferred, scrape_kv_metrics
+from pdcheck.serving.plan import TopologyPlan, plan_topology
+from pdcheck.serving.proxy import PdProxy, ProxyServer
+from pdcheck.serving.topology import Endpoints, attach, serve_baseline, serve_pd, serve_topology
+
+__all__ = [
+    "Endpoints",
+    "KvTransferMetrics",
+    "PdProxy",
+    "ProxyServer",
+    "TopologyPlan",
+    "attach",
+    "build_env",
+    "build_serve_argv",
+    "check_serve_argv",
+    "plan_topology",
+    "require_kv_transferred",
+    "scrape_kv_metrics",
+    "serve_baseline",
+    "serve_pd",
+    "serve_topology",
+]

@@ -1,0 +1,77 @@
+"""Check a `vllm serve` argv with vLLM's own parser, in a subprocess of the python that will run it.
+
+Parsing needs no GPU, so a GPU topology (TP 2, CUDA env) can be checked on a CPU box by
+`--dry-run`. vLLM is never imported into pdcheck's process: the check runs in `python`,
+which may be another venv's interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+
+from pdcheck.errors import InfraError
+
+# Runs in the target python. The serve parser moved between vLLM versions; try both homes.
+_CHECK = r"""
+import contextlib, io, json, sys
+argv = json.loads(sys.argv[1])
+problems = []
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+except ImportError:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+err = io.StringIO()
+try:
+    with contextlib.redirect_stderr(err):
+        args = parser.parse_args(argv)
+except SystemExit:
+    problems.append(err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else "vLLM's parser rejected the arguments")
+else:
+    try:
+        validate_parsed_serve_args(args)
+    except Exception as exc:
+        problems.append(f"{type(exc).__name__}: {exc}")
+print("PDCHECK-RESULT " + json.dumps(problems))
+"""
+
+
+def serve_args_of(argv: Sequence[str]) -> list[str]:
+    """The arguments after `serve` in a full server argv (launcher and subcommand dropped)."""
+    argv = list(argv)
+    if "serve" not in argv:
+        raise ValueError(f"not a `vllm serve` command line: {argv[:4]}...")
+    return argv[argv.index("serve") + 1:]
+
+
+def check_serve_argv(argv: Sequence[str], python: str, *, timeout_s: float = 180.0) -> list[str]:
+    """Problems vLLM's own parser finds in a `vllm serve` argv ([] when it parses), run in `python`.
+
+    Raises `InfraError` when `python` cannot run the check at all (no vLLM there, say).
+    """
+    args = serve_args_of(argv)
+    try:
+        proc = subprocess.run(
+            [python, "-c", _CHECK, json.dumps(args)],
+            capture_output=True, text=True, timeout=timeout_s,
+            env=_quiet_env(),
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InfraError(f"could not run vLLM's argument parser in {python}: {exc}") from exc
+    for line in proc.stdout.splitlines():
+        if line.startswith("PDCHECK-RESULT "):
+            return list(json.loads(line.removeprefix("PDCHECK-RESULT ")))
+    tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
+    raise InfraError(f"vLLM's argument parser did not run in {python} (exit {proc.returncode}):\n{tail}")
+
+
+def _quiet_env() -> dict[str, str]:
+    # Parsing only: keep vLLM from probing a hub or logging usage stats.
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_LOGGING_LEVEL": "ERROR"}

@@ -1,0 +1,139 @@
+"""Evidence that PD really happened: KV-transfer counters from a decoder's Prometheus /metrics.
+
+A decoder that quietly recomputed the prompt would produce the same text as the baseline,
+so output equality proves nothing about the PD path. The decoder's own counters do: prompt
+tokens that arrived by KV transfer, NIXL transfer count and bytes, and failed transfers.
+Counters are read before and after a run and subtracted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from pdcheck.errors import InfraError, NoKvTransferred
+
+PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+NIXL_XFER_COUNT = "vllm:nixl_xfer_time_seconds_count"
+NIXL_BYTES = "vllm:nixl_bytes_transferred_sum"
+NIXL_FAILED = "vllm:nixl_num_failed_transfers_total"
+
+Sample = tuple[str, dict[str, str], float]
+
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
+_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """Samples (name, labels, value) of a Prometheus text exposition; comments and blanks skipped."""
+    samples = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            raise ValueError(f"line {lineno} is not a Prometheus sample: {raw!r}")
+        samples.append((match["name"], _parse_labels(match["labels"] or "", lineno), _parse_value(match["value"], lineno)))
+    return samples
+
+
+def _parse_labels(text: str, lineno: int) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    pos = 0
+    while pos < len(text):
+        match = _LABEL.match(text, pos)
+        if match is None:
+            raise ValueError(f"line {lineno}: bad label set {{{text}}}")
+        labels[match[1]] = re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m[0]], match[2])
+        pos = match.end()
+    return labels
+
+
+def _parse_value(text: str, lineno: int) -> float:
+    special = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
+    if text in special:
+        return special[text]
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"line {lineno}: bad sample value {text!r}") from None
+
+
+def _total(samples: Iterable[Sample], name: str, **labels: str) -> float:
+    return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == want for k, want in labels.items()))
+
+
+@dataclass(frozen=True)
+class KvTransferMetrics:
+    """KV-transfer counters of one or more decoders (summed over engines and label sets)."""
+
+    external_kv_tokens: float = 0.0
+    local_compute_tokens: float = 0.0
+    transfers: float = 0.0
+    bytes_transferred: float = 0.0
+    failed_transfers: float = 0.0
+
+    @classmethod
+    def from_prometheus(cls, text: str) -> KvTransferMetrics:
+        samples = parse_prometheus(text)
+        return cls(
+            external_kv_tokens=_total(samples, PROMPT_TOKENS_BY_SOURCE, source="external_kv_transfer"),
+            local_compute_tokens=_total(samples, PROMPT_TOKENS_BY_SOURCE, source="local_compute"),
+            transfers=_total(samples, NIXL_XFER_COUNT),
+            bytes_transferred=_total(samples, NIXL_BYTES),
+            failed_transfers=_total(samples, NIXL_FAILED),
+        )
+
+    def minus(self, before: KvTransferMetrics) -> KvTransferMetrics:
+        """What happened between `before` and this reading."""
+        return KvTransferMetrics(**{k: v - getattr(before, k) for k, v in asdict(self).items()})
+
+    def plus(self, other: KvTransferMetrics) -> KvTransferMetrics:
+        return KvTransferMetrics(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> KvTransferMetrics:
+        return cls(**{k: float(data[k]) for k in asdict(cls())})
+
+
+def metrics_url(url: str) -> str:
+    """`url` itself if it already ends in /metrics, else the server's /metrics."""
+    url = url.rstrip("/")
+    return url if url.endswith("/metrics") else f"{url}/metrics"
+
+
+def scrape_kv_metrics(url: str, *, timeout_s: float = 10.0) -> KvTransferMetrics:
+    """Read one decoder's /metrics (base URL or the /metrics URL itself)."""
+    target = metrics_url(url)
+    try:
+        with urllib.request.urlopen(target, timeout=timeout_s) as resp:
+            text = resp.read().decode("utf-8", "replace")
+    except OSError as exc:
+        raise InfraError(f"could not read decoder metrics at {target}: {exc}") from exc
+    return KvTransferMetrics.from_prometheus(text)
+
+
+def scrape_all(urls: Iterable[str], *, timeout_s: float = 10.0) -> KvTransferMetrics:
+    """The sum over several decoders."""
+    total = KvTransferMetrics()
+    for url in urls:
+        total = total.plus(scrape_kv_metrics(url, timeout_s=timeout_s))
+    return total
+
+
+def require_kv_transferred(delta: KvTransferMetrics, *, where: str) -> None:
+    """`NoKvTransferred` when a PD run's decoders received no KV: PD was bypassed, never a pass."""
+    if delta.external_kv_tokens <= 0:
+        raise NoKvTransferred(
+            f"{where}: the decoders received 0 prompt tokens by KV transfer "
+            f"({delta.local_compute_tokens:g} computed locally, {delta.transfers:g} NIXL transfers, "
+            f"{delta.failed_transfers:g} failed); requests bypassed the PD path or every transfer failed"
+        )

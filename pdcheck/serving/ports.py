@@ -1,0 +1,108 @@
+"""Port allocation: HTTP, NIXL side-channel and VLLM_PORT ranges that never collide.
+
+Each server takes a *slot*. A slot maps to one HTTP port, a block of side-channel ports
+(vLLM adds the TP rank to the base) and a block of VLLM_PORT ports (vLLM scans upward from
+the base for its internal sockets). The three ranges are disjoint, sit below Linux's
+ephemeral range (32768+), and are split per pytest-xdist worker, so parallel workers never
+pick the same ports. Inside one process a shared counter hands out slots, so several
+topologies at once never collide either. Every candidate is checked free by binding
+127.0.0.1 before it is handed out; a taken slot is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass
+
+from pdcheck.errors import PortUnavailable
+from pdcheck.serving.argv import ServerPorts
+
+SLOTS_PER_WORKER = 100
+WORKER_BUCKETS = 8  # xdist workers gw0..gw7 get disjoint ranges; gw8 shares gw0's (and so on)
+HTTP_BASE = 20000  # 20000-20799
+SIDE_CHANNEL_BASE = 21000  # 21000-27399: 8 ports (TP ≤ 8) per slot
+SIDE_CHANNEL_STRIDE = 8
+VLLM_PORT_BASE = 10000  # 10000-17999: 10 ports per slot
+VLLM_PORT_STRIDE = 10
+
+
+def worker_bucket(env: dict[str, str] | None = None) -> int:
+    """0 outside xdist or for gw0; N mod 8 for gwN."""
+    worker = (os.environ if env is None else env).get("PYTEST_XDIST_WORKER", "gw0")
+    digits = worker.removeprefix("gw")
+    return int(digits) % WORKER_BUCKETS if digits.isdigit() else 0
+
+
+def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when `port` can be bound on `host` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def require_free_port(port: int, host: str = "127.0.0.1", *, what: str = "port") -> int:
+    """`port` if it is free, else `PortUnavailable` naming it (for ports the user fixed)."""
+    if not is_port_free(port, host):
+        raise PortUnavailable(f"{what} {host}:{port} is already in use; pick another port or stop what holds it")
+    return port
+
+
+@dataclass
+class PortAllocator:
+    """Hands out slots from this worker's ranges; thread-safe, one shared per process by default."""
+
+    bucket: int
+    host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def server_ports(self, *, tp: int = 1) -> ServerPorts:
+        """Ports for one vLLM server with `tp` ranks, all checked free."""
+        if not 1 <= tp <= SIDE_CHANNEL_STRIDE:
+            raise ValueError(f"tensor-parallel size {tp} is outside 1..{SIDE_CHANNEL_STRIDE}")
+        return self._take(lambda p: all(is_port_free(x, self.host) for x in (p.http, p.vllm_port, *range(p.side_channel, p.side_channel + tp))))
+
+    def http_port(self) -> int:
+        """One HTTP port (for a proxy)."""
+        return self._take(lambda p: is_port_free(p.http, self.host)).http
+
+    def _take(self, usable) -> ServerPorts:
+        with self._lock:
+            for _ in range(SLOTS_PER_WORKER):
+                slot = self._next
+                self._next = (self._next + 1) % SLOTS_PER_WORKER
+                ports = self.slot_ports(slot)
+                if usable(ports):
+                    return ports
+        raise PortUnavailable(
+            f"all {SLOTS_PER_WORKER} port slots of range bucket {self.bucket} are in use "
+            f"(HTTP {self.slot_ports(0).http}-{self.slot_ports(SLOTS_PER_WORKER - 1).http}); stop leftover servers"
+        )
+
+    def slot_ports(self, slot: int) -> ServerPorts:
+        index = self.bucket * SLOTS_PER_WORKER + slot
+        return ServerPorts(
+            http=HTTP_BASE + index,
+            side_channel=SIDE_CHANNEL_BASE + index * SIDE_CHANNEL_STRIDE,
+            vllm_port=VLLM_PORT_BASE + index * VLLM_PORT_STRIDE,
+        )
+
+
+_default: PortAllocator | None = None
+_default_lock = threading.Lock()
+
+
+def default_allocator() -> PortAllocator:
+    """The process-wide allocator for this xdist worker (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = PortAllocator(bucket=worker_bucket())
+        return _default

@@ -1,0 +1,197 @@
+"""One server process: started in its own session, readiness by /health, teardown of its whole group.
+
+Teardown sends SIGTERM to the process group, waits a grace period for the group to empty,
+then SIGKILLs what is left and reaps the leader. vLLM spawns engine and worker processes,
+which stay in the group, so killing the group leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from pdcheck.errors import ServerCrashed, ServerStartTimeout
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 40
+DEFAULT_GRACE_S = 15.0
+POLL_INTERVAL_S = 0.25
+
+
+class Terminated(SystemExit):
+    """pdcheck itself got SIGTERM; raised in the main thread so every `with` block tears down."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+class ServerProcess:
+    """A server subprocess in its own process group, with its output in one log file.
+
+    Use as a context manager: entering starts it (without waiting), leaving stops the group.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        name: str,
+        url: str,
+        log_path: str | Path,
+        env: Mapping[str, str] | None = None,
+        grace_s: float = DEFAULT_GRACE_S,
+    ):
+        self.argv = list(argv)
+        self.name = name
+        self.url = url.rstrip("/")
+        self.log_path = Path(log_path)
+        self.env = dict(env or {})
+        self.grace_s = grace_s
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> ServerProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as logf:
+            self._proc = subprocess.Popen(
+                self.argv,
+                # Unbuffered, so the log (and a crash report's tail) is current.
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        log.info("started %s (pid %d): %s", self.name, self._proc.pid, " ".join(self.argv))
+        return self
+
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def check_alive(self) -> None:
+        """Raise `ServerCrashed` (with the log's tail) if the process has exited."""
+        rc = self.returncode()
+        if self._proc is not None and rc is not None:
+            raise ServerCrashed(self.name, rc, self.log_tail(), str(self.log_path))
+
+    def is_healthy(self, *, timeout_s: float = 2.0) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=timeout_s) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Block until /health answers 200; `ServerCrashed` at once if the process exits first."""
+        wait_all_ready([self], timeout_s=timeout_s)
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 64 * 1024))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def terminate(self) -> None:
+        """Send SIGTERM to the group without waiting (so several servers stop in parallel)."""
+        if self._proc is not None and self._proc.returncode is None:
+            _signal_group(self._proc.pid, signal.SIGTERM)
+
+    def stop(self) -> int | None:
+        """SIGTERM the group, wait up to the grace period for it to empty, SIGKILL the rest, reap."""
+        proc = self._proc
+        if proc is None:
+            return None
+        pgid = proc.pid  # start_new_session makes the child its group's leader
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and _group_alive(pgid, proc):
+            time.sleep(0.05)
+        if _group_alive(pgid, proc):
+            log.warning("%s did not stop within %.0f s of SIGTERM; sending SIGKILL", self.name, self.grace_s)
+            _signal_group(pgid, signal.SIGKILL)
+        rc = proc.wait()
+        log.info("stopped %s (exit %s)", self.name, rc)
+        return rc
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def stop_all(servers: Sequence[ServerProcess]) -> None:
+    """SIGTERM every server first, then wait for (or kill) each: one grace period, not one per server."""
+    for server in servers:
+        server.terminate()
+    for server in servers:
+        server.stop()
+
+
+def wait_all_ready(servers: Sequence[ServerProcess], *, timeout_s: float) -> None:
+    """Wait for every server's /health; the first one to exit fails the whole wait at once."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(servers)
+    while pending:
+        for server in list(pending):
+            server.check_alive()
+            if server.is_healthy():
+                pending.remove(server)
+                log.info("%s is ready at %s", server.name, server.url)
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            late = pending[0]
+            raise ServerStartTimeout(late.name, timeout_s, late.log_tail(), str(late.log_path))
+        time.sleep(POLL_INTERVAL_S)
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """While active (main thread only), SIGTERM raises `Terminated` so `with` blocks tear down."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int, proc: subprocess.Popen) -> bool:
+    """True while any process of the group exists (the leader counts until it is reaped)."""
+    proc.poll()
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,168 @@
+"""Start and stop a planned topology, or attach to one that is already up.
+
+`serve_baseline` and `serve_pd` are context managers that start their servers in parallel
+through one ExitStack, wait for every /health (the first crash fails at once), and on the
+way out (normal end, exception, Ctrl-C, or SIGTERM to pdcheck) stop every process group.
+Both yield an `Endpoints`; `attach` builds the same record from URLs a user gives, so
+everything downstream works the same either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from urllib.parse import urlparse
+
+from pdcheck.errors import ConfigError, InfraError
+from pdcheck.serving.metrics import metrics_url
+from pdcheck.serving.plan import ServerPlan, TopologyPlan
+from pdcheck.serving.process import ServerProcess, sigterm_unwinds, stop_all, wait_all_ready
+from pdcheck.serving.proxy import PdProxy, ProxyServer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where to send traffic and read evidence; the same shape whether pdcheck started it or not."""
+
+    baseline_url: str | None = None
+    pd_url: str | None = None
+    decoder_metrics_urls: tuple[str, ...] = ()
+    log_paths: dict[str, str] = field(default_factory=dict)
+    servers: tuple[ServerProcess, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def attached(self) -> bool:
+        return not self.servers
+
+    def check_alive(self) -> None:
+        """`ServerCrashed` if any server pdcheck started has exited (e.g. a decoder died mid-run)."""
+        for server in self.servers:
+            server.check_alive()
+
+    def to_dict(self) -> dict:
+        return {
+            "baseline_url": self.baseline_url,
+            "pd_url": self.pd_url,
+            "decoder_metrics_urls": list(self.decoder_metrics_urls),
+            "log_paths": dict(self.log_paths),
+            "attached": self.attached,
+        }
+
+
+def attach(*, baseline_url: str | None, pd_url: str | None, decoder_metrics_urls: Sequence[str] = ()) -> Endpoints:
+    """Endpoints of a deployment that is already up (Kubernetes, llm-d, Dynamo, a manual setup)."""
+    for option, url in [("--baseline-url", baseline_url), ("--pd-url", pd_url)] + [("--decoder-metrics-url", u) for u in decoder_metrics_urls]:
+        if url is not None:
+            _check_url(option, url)
+    if baseline_url is None and pd_url is None:
+        raise ConfigError("attach mode needs --baseline-url and/or --pd-url")
+    return Endpoints(
+        baseline_url=_base(baseline_url),
+        pd_url=_base(pd_url),
+        decoder_metrics_urls=tuple(metrics_url(u) for u in decoder_metrics_urls),
+    )
+
+
+def _check_url(option: str, url: str) -> None:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ConfigError(f"{option} {url!r} is not an http(s) URL; give e.g. http://10.0.0.5:8000")
+
+
+def _base(url: str | None) -> str | None:
+    """The server root: a trailing /v1 or slash is dropped, because clients add the API paths."""
+    if url is None:
+        return None
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _process(server: ServerPlan) -> ServerProcess:
+    server.plugin_dir.mkdir(parents=True, exist_ok=True)
+    return ServerProcess(server.argv, name=server.name, url=server.url, log_path=server.log_path, env=server.env)
+
+
+@contextlib.contextmanager
+def _running(servers: Sequence[ServerPlan], *, timeout_s: float) -> Iterator[tuple[ServerProcess, ...]]:
+    processes = tuple(_process(s) for s in servers)
+    with sigterm_unwinds(), contextlib.ExitStack() as stack:
+        stack.callback(stop_all, processes)
+        for proc in processes:  # all start before any wait: they come up in parallel
+            proc.start()
+        wait_all_ready(processes, timeout_s=timeout_s)
+        yield processes
+
+
+@contextlib.contextmanager
+def serve_baseline(plan: TopologyPlan, *, ready_timeout_s: float | None = None) -> Iterator[Endpoints]:
+    """The no-PD baseline server, up until the block ends."""
+    timeout = ready_timeout_s or plan.ready_timeout_s
+    with _running([plan.baseline], timeout_s=timeout) as procs:
+        yield Endpoints(baseline_url=plan.baseline.url, log_paths={plan.baseline.name: str(plan.baseline.log_path)}, servers=procs)
+
+
+@contextlib.contextmanager
+def serve_pd(plan: TopologyPlan, *, ready_timeout_s: float | None = None) -> Iterator[Endpoints]:
+    """Prefill and decode servers plus the PD proxy (in a thread), up until the block ends."""
+    servers = [*plan.prefills, *plan.decodes]
+    with _running(servers, timeout_s=ready_timeout_s or plan.ready_timeout_s) as procs, _proxied(plan, procs) as endpoints:
+        yield endpoints
+
+
+@contextlib.contextmanager
+def serve_topology(plan: TopologyPlan, *, ready_timeout_s: float | None = None) -> Iterator[Endpoints]:
+    """Baseline and PD together, every server starting in parallel (for `pdcheck up`)."""
+    servers = [*plan.prefills, *plan.decodes, plan.baseline]
+    with _running(servers, timeout_s=ready_timeout_s or plan.ready_timeout_s) as procs, _proxied(plan, procs) as endpoints:
+        yield replace(
+            endpoints,
+            baseline_url=plan.baseline.url,
+            log_paths={**endpoints.log_paths, plan.baseline.name: str(plan.baseline.log_path)},
+        )
+
+
+@contextlib.contextmanager
+def _proxied(plan: TopologyPlan, procs: tuple[ServerProcess, ...]) -> Iterator[Endpoints]:
+    pd_servers = [*plan.prefills, *plan.decodes]
+    if plan.needs_plugin:
+        check_plugin_active(pd_servers)
+    proxy = PdProxy([s.url for s in plan.prefills], [s.url for s in plan.decodes])
+    with ProxyServer(proxy, host=plan.proxy_host, port=plan.proxy_port) as running_proxy:
+        yield Endpoints(
+            pd_url=running_proxy.url,
+            decoder_metrics_urls=tuple(metrics_url(s.url) for s in plan.decodes),
+            log_paths={s.name: str(s.log_path) for s in pd_servers},
+            servers=procs,
+        )
+
+
+def check_plugin_active(servers: Sequence[ServerPlan]) -> None:
+    """`InfraError` unless every PD server's plugin wrote its activation marker.
+
+    An arm that disables fixes or injects faults tests nothing if vLLM skipped the plugin
+    (it only logs a plugin import error), so the arm is not trusted without the marker.
+    """
+    missing = []
+    for server in servers:
+        markers = sorted(server.plugin_dir.glob("activation-*.json"))
+        if not markers or not all(_readable_json(m) for m in markers):
+            missing.append(f"{server.name} ({server.plugin_dir})")
+    if missing:
+        raise InfraError(
+            "pdcheck's vLLM plugin did not activate on " + ", ".join(missing)
+            + "; the arm's switches or injections would not apply. Install pdcheck in the servers' python "
+            "(it registers the vllm.general_plugins entry point) and check the server logs for a plugin error."
+        )
+
+
+def _readable_json(path) -> bool:
+    try:
+        json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return True

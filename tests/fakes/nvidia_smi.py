@@ -1,0 +1,33 @@
+"""A fake `nvidia-smi` executable that reports a simulated GPU inventory (for GPU-assignment tests).
+
+`fake_nvidia_smi(dir, count)` writes an executable script answering the
+`--query-gpu=index,name,memory.total --format=csv,noheader,nounits` query the inventory
+reader sends, and exiting 9 like the real tool when asked something else.
+"""
+
+from __future__ import annotations
+
+import stat
+import sys
+from pathlib import Path
+
+_SCRIPT = """#!{python}
+import sys
+LINES = {lines!r}
+if any(a.startswith("--query-gpu=") for a in sys.argv[1:]):
+    print("\\n".join(LINES))
+    sys.exit(0)
+if "-L" in sys.argv[1:]:
+    print("\\n".join(f"GPU {{i}}: fake" for i in range(len(LINES))))
+    sys.exit(0)
+sys.exit(9)
+"""
+
+
+def fake_nvidia_smi(directory: str | Path, count: int, *, name: str = "NVIDIA H100 80GB HBM3", memory_mib: int = 81559) -> str:
+    """Path of an executable that reports `count` GPUs with indices 0..count-1."""
+    lines = [f"{i}, {name}, {memory_mib}" for i in range(count)]
+    path = Path(directory) / f"nvidia-smi-{count}"
+    path.write_text(_SCRIPT.format(python=sys.executable, lines=lines))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return str(path)

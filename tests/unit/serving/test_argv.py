@@ -1,0 +1,124 @@
+"""argv/env builders: exact command lines, override layering, and the plugin env contract."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from pdcheck.serving.argv import ServerPorts, apply_overrides, build_env, build_serve_argv, launcher_argv
+
+from tests.unit.serving.conftest import make_cell
+
+PORTS = ServerPorts(http=20000, side_channel=21000, vllm_port=10000)
+CPU_TAIL = ["--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", str(128 * 1024 * 1024)]
+
+
+def test_cpu_prefill_and_decode_argv_exact():
+    """CPU servers: launcher shim, producer/consumer roles, kv_buffer_device, deterministic defaults."""
+    cell = make_cell(connector={"kv_buffer_device": "cpu"}, serving={"platform": "cpu"})
+    head = [sys.executable, "-m", "pdcheck._vllm.launch", "serve", "/models/m", "--host", "127.0.0.1", "--port", "20000", "--tensor-parallel-size", "1"]
+    for role, kv_role in [("prefill", "kv_producer"), ("decode", "kv_consumer")]:
+        conf = json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role, "kv_buffer_device": "cpu"}, separators=(",", ":"))
+        assert build_serve_argv(cell, role=role, port=20000, platform="cpu") == [*head, "--kv-transfer-config", conf, *CPU_TAIL]
+    assert build_serve_argv(cell, role="baseline", port=20000, platform="cpu") == [*head, *CPU_TAIL]
+
+
+def test_reproduces_vllm_run_accuracy_test_sh():
+    """The prefill/decode command lines of vLLM's run_accuracy_test.sh (TP 2, kv_both), plus --host."""
+    cell = make_cell(
+        model={"path": "Qwen/Qwen3-0.6B", "serve_args": ["--enforce-eager", "--block-size", "128", "--gpu-memory-utilization", "0.2"]},
+        matrix={"prefill_tp": [2], "decode_tp": [2], "env": [{"VLLM_KV_CACHE_LAYOUT": "HND"}]},
+        connector={"kv_roles": "kv_both"},
+        serving={"platform": "gpu"},
+    )
+    argv = build_serve_argv(cell, role="prefill", port=8100, platform="gpu", launcher=["vllm"])
+    assert argv == [
+        "vllm", "serve", "Qwen/Qwen3-0.6B", "--host", "127.0.0.1", "--port", "8100",
+        "--tensor-parallel-size", "2",
+        "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}',
+        "--enforce-eager", "--block-size", "128", "--gpu-memory-utilization", "0.2",
+    ]
+    env = build_env(cell, role="prefill", ports=ServerPorts(8100, 5559, 30000), platform="gpu", gpus=(0, 1))
+    assert env == {
+        "VLLM_PORT": "30000",
+        "UCX_NET_DEVICES": "all",
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": "5559",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "VLLM_KV_CACHE_LAYOUT": "HND",
+    }
+
+
+def test_async_off_and_attention_backend_flags():
+    """`--no-async-scheduling` iff the cell turns async off; `--attention-backend` iff set."""
+    cell = make_cell(matrix={"async_scheduling": [False], "attention_backend": ["FLASHINFER"]})
+    argv = build_serve_argv(cell, role="decode", port=1, platform="gpu", launcher=["vllm"])
+    assert argv[argv.index("--no-async-scheduling") - 2:][:5] == [
+        "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}',
+        "--no-async-scheduling", "--attention-backend", "FLASHINFER",
+    ]
+    on = build_serve_argv(make_cell(), role="decode", port=1, platform="gpu", launcher=["vllm"])
+    assert "--no-async-scheduling" not in on and "--attention-backend" not in on
+
+
+def test_model_args_then_extra_args_override_defaults():
+    """Model serve args replace pdcheck's defaults; the sweep's extra args replace both (bool twins too)."""
+    cell = make_cell(
+        model={"serve_args": ["--dtype", "bfloat16", "--no-enable-prefix-caching", "--max-model-len", "2048"]},
+        serving={"extra_serve_args": ["--enable-prefix-caching", "--max-model-len=4096", "--seed", "7"]},
+    )
+    argv = build_serve_argv(cell, role="baseline", port=5, platform="cpu", launcher=["vllm"])
+    assert argv[argv.index("--dtype"):] == [
+        "--dtype", "bfloat16", "--enforce-eager", "--kv-cache-memory-bytes", str(128 * 1024 * 1024),
+        "--enable-prefix-caching", "--max-model-len=4096", "--seed", "7",
+    ]
+
+
+def test_apply_overrides_groups_values_and_negative_numbers():
+    """A value such as -1 or 0.2 stays with its flag; an unknown flag is appended; a twin is replaced."""
+    base = ["--max-num-seqs", "-1", "--foo", "--gpu-memory-utilization", "0.2"]
+    assert apply_overrides(base, ["--no-foo", "--gpu_memory_utilization", "0.5", "--new", "a", "b"]) == [
+        "--max-num-seqs", "-1", "--no-foo", "--gpu_memory_utilization", "0.5", "--new", "a", "b",
+    ]
+
+
+def test_launcher_per_arm_environment():
+    """The arm's environment picks the launcher: a vllm executable, or its python with the right module."""
+    envs = [{"name": "nightly", "vllm": "/opt/nightly/bin/vllm"}, {"name": "old", "python": "/opt/old/bin/python"}]
+    nightly = make_cell(environments=envs, matrix={"arms": [{"name": "n", "environment": "nightly"}]})
+    old = make_cell(environments=envs, matrix={"arms": [{"name": "o", "environment": "old"}]})
+    assert launcher_argv(nightly, platform="gpu") == ["/opt/nightly/bin/vllm"]
+    assert launcher_argv(old, platform="gpu") == ["/opt/old/bin/python", "-m", "vllm.entrypoints.cli.main"]
+    assert launcher_argv(old, platform="cpu") == ["/opt/old/bin/python", "-m", "pdcheck._vllm.launch"]
+    assert launcher_argv(make_cell(), platform="cpu") == [sys.executable, "-m", "pdcheck._vllm.launch"]
+
+
+def test_plugin_env_contract_per_role():
+    """Fix switches on prefill+decode, injections on decode only, VLLM_PLUGINS whenever PDCHECK_* is set."""
+    fixes_off = make_cell(matrix={"arms": ["fixes-off"]})
+    inject = make_cell(matrix={"arms": [{"name": "inj", "inject": "stale-kv:0.25", "inject_seed": 9}]})
+    for role in ("prefill", "decode"):
+        env = build_env(fixes_off, role=role, ports=PORTS, platform="gpu", gpus=(0,))
+        assert env["PDCHECK_DISABLE_FIXES"] == "block-reuse,zeroing" and env["VLLM_PLUGINS"] == "pdcheck"
+    assert "PDCHECK_DISABLE_FIXES" not in build_env(fixes_off, role="baseline", ports=PORTS, platform="gpu")
+    dec = build_env(inject, role="decode", ports=PORTS, platform="gpu", plugin_dir="/run/plugin/decode-0")
+    assert (dec["PDCHECK_INJECT"], dec["PDCHECK_INJECT_SEED"], dec["PDCHECK_PLUGIN_DIR"]) == ("stale-kv:0.25", "9", "/run/plugin/decode-0")
+    pre = build_env(inject, role="prefill", ports=PORTS, platform="gpu")
+    assert "PDCHECK_INJECT" not in pre and "VLLM_PLUGINS" not in pre
+    cpu = build_env(make_cell(), role="decode", ports=PORTS, platform="cpu", cpu_bind="1")
+    assert (cpu["PDCHECK_NIXL_PTHR_DELAY_US"], cpu["VLLM_PLUGINS"], cpu["VLLM_CPU_OMP_THREADS_BIND"]) == ("1000", "pdcheck", "1")
+    assert "CUDA_VISIBLE_DEVICES" not in cpu
+
+
+def test_env_layers_cell_then_model_then_plugin():
+    """The cell's env overrides pdcheck's defaults, the model's env overrides the cell's; plugin vars win."""
+    cell = make_cell(
+        model={"env": {"VLLM_SSM_CONV_STATE_LAYOUT": "DS", "UCX_NET_DEVICES": "mlx5_0:1"}},
+        matrix={"env": [{"UCX_NET_DEVICES": "eth0", "VLLM_PLUGINS": "other"}], "arms": ["zeroing-off"]},
+    )
+    env = build_env(cell, role="decode", ports=PORTS, platform="gpu", gpus=(3,))
+    assert env["UCX_NET_DEVICES"] == "mlx5_0:1"
+    assert env["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"
+    assert env["VLLM_PLUGINS"] == "pdcheck"
+    assert env["HF_HUB_OFFLINE"] == "1"  # /models/m is a local path
+    hub = make_cell(model={"path": "ibm-granite/granite-4.0-h-tiny"})
+    assert "HF_HUB_OFFLINE" not in build_env(hub, role="baseline", ports=PORTS, platform="gpu")

@@ -1,0 +1,76 @@
+"""Topology plans: GPU sets from a simulated nvidia-smi, CPU core binding, refusal before start."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdcheck.errors import GpuInventoryError
+from pdcheck.serving.gpus import read_inventory
+from pdcheck.serving.plan import plan_topology
+from pdcheck.serving.ports import PortAllocator
+
+from tests.fakes.nvidia_smi import fake_nvidia_smi
+from tests.unit.serving.conftest import make_cell
+
+# (prefill TP, decode TP) -> GPUs for PD plus a baseline at the decode TP
+SHAPES = {"P2/D2": ((2, 2), 6), "P1/D2": ((1, 2), 5), "P2/D1": ((2, 1), 4)}
+
+
+def _cell(ptp: int, dtp: int, **matrix):
+    return make_cell(matrix={"prefill_tp": [ptp], "decode_tp": [dtp], **matrix}, serving={"platform": "gpu"})
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_gpu_sets_are_disjoint_contiguous_or_refused(tmp_path, gpus, shape):
+    """Each server gets a disjoint contiguous CUDA_VISIBLE_DEVICES run; too few GPUs → refused with counts."""
+    (ptp, dtp), needed = SHAPES[shape]
+    inventory = read_inventory(env={}, nvidia_smi=fake_nvidia_smi(tmp_path, gpus))
+    assert inventory.count == gpus
+    cell = _cell(ptp, dtp)
+    if needed > gpus:
+        with pytest.raises(GpuInventoryError, match=rf"needs {needed} GPUs .* has {gpus}"):
+            plan_topology(cell, inventory=inventory, ports=PortAllocator(bucket=7), run_dir=tmp_path)
+        return
+    plan = plan_topology(cell, inventory=inventory, ports=PortAllocator(bucket=7), run_dir=tmp_path)
+    sets = [tuple(int(x) for x in s.env["CUDA_VISIBLE_DEVICES"].split(",")) for s in plan.servers]
+    assert [len(s) for s in sets] == [ptp, dtp, dtp]
+    flat = [g for s in sets for g in s]
+    assert flat == list(range(needed))  # contiguous, in order: prefill, decode, baseline
+
+
+def test_refusal_names_servers_and_inventory_source(tmp_path):
+    """The error says how many GPUs each server needs and where the inventory came from."""
+    inventory = read_inventory(env={}, nvidia_smi=fake_nvidia_smi(tmp_path, 4))
+    cell = _cell(2, 2, prefill_instances=[2], decode_instances=[2])
+    with pytest.raises(GpuInventoryError) as err:
+        plan_topology(cell, inventory=inventory, ports=PortAllocator(bucket=7), run_dir=tmp_path)
+    msg = str(err.value)
+    assert "needs 10 GPUs" in msg and "prefill-1 2" in msg and "decode-1 2" in msg and "nvidia-smi" in msg
+
+
+def test_cuda_visible_devices_narrows_the_inventory(tmp_path):
+    """With CUDA_VISIBLE_DEVICES=4,5,6,7 the servers get those GPUs, not 0-3."""
+    inventory = read_inventory(env={"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, nvidia_smi=fake_nvidia_smi(tmp_path, 8))
+    plan = plan_topology(_cell(2, 1), inventory=inventory, ports=PortAllocator(bucket=7), run_dir=tmp_path)
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in plan.servers] == ["4,5", "6", "7"]
+
+
+def test_cpu_plan_binds_cores_logs_and_urls(tmp_path):
+    """On CPU: prefill/baseline on the lower cores, decode on the upper; one log per server under logs/."""
+    cell = make_cell(serving={"platform": "cpu"})
+    plan = plan_topology(cell, inventory=read_inventory(env={}, nvidia_smi=str(tmp_path / "none")), ports=PortAllocator(bucket=7), run_dir=tmp_path, cpu_count=2)
+    assert plan.platform == "cpu"
+    assert [(s.name, s.env["VLLM_CPU_OMP_THREADS_BIND"]) for s in plan.servers] == [("prefill-0", "0"), ("decode-0", "1"), ("baseline-0", "0")]
+    assert [s.log_path for s in plan.servers] == [tmp_path / "logs" / f"{n}.log" for n in ("prefill-0", "decode-0", "baseline-0")]
+    assert len({s.ports.http for s in plan.servers} | {plan.proxy_port}) == 4
+    rendered = plan.render()
+    assert "pdcheck proxy --prefill http://127.0.0.1:" in rendered and "VLLM_NIXL_SIDE_CHANNEL_PORT=" in rendered
+
+
+def test_cpu_tp2_splits_cores_per_rank(tmp_path):
+    """A TP-2 decoder on 8 cores binds one core range per rank, joined by '|'."""
+    cell = make_cell(matrix={"decode_tp": [2]}, serving={"platform": "cpu"})
+    plan = plan_topology(cell, inventory=read_inventory(env={}, nvidia_smi=str(tmp_path / "none")), ports=PortAllocator(bucket=7), run_dir=tmp_path, cpu_count=8)
+    assert plan.decodes[0].env["VLLM_CPU_OMP_THREADS_BIND"] == "4-5|6-7"
+    assert plan.prefills[0].env["VLLM_CPU_OMP_THREADS_BIND"] == "0-3"
