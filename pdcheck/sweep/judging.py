@@ -41,7 +41,10 @@ def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
     policy = cell.analysis
     comparison = compare_paired(
         baseline[0], pd[0], alpha=policy.alpha, tie_epsilon_nats=policy.tie_epsilon_nats,
+        margin_pts=policy.margin_pts,
         baseline_repeats=tuple(baseline[r] for r in sorted(baseline) if r != 0),
+        pd_repeats=tuple(pd[r] for r in sorted(pd) if r != 0),
+        expected_accuracy=cell.model.expected_accuracy, expected_rtol=cell.model.expected_rtol,
     )
     verdict = decide(comparison, policy=policy, kv_transferred_tokens=kv_tokens(result.kv, concurrency))
     return _record(cell, cs, concurrency, comparison=comparison.to_dict(), verdict=verdict.to_dict())

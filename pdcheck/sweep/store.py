@@ -74,6 +74,17 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+def trim_torn_tail(path: Path) -> None:
+    """Truncate `path` after its last newline, if it ends in a partial line."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    with open(path, "r+b") as f:
+        f.truncate(data.rfind(b"\n") + 1)
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
@@ -155,8 +166,14 @@ class CellStore:
         return path
 
     def records_path(self, side: Side, concurrency: int, repeat: int) -> Path:
-        """Where evals appends this unit's records (evals resumes from what is there)."""
-        return self.unit_dir(side, concurrency, repeat) / "records.jsonl"
+        """Where evals appends this unit's records (evals resumes from what is there).
+
+        A line torn by a kill mid-write is cut off first: appending after it would glue the
+        next record onto the fragment and make the file unreadable.
+        """
+        path = self.unit_dir(side, concurrency, repeat) / "records.jsonl"
+        trim_torn_tail(path)
+        return path
 
     def unit_done(self, side: Side, concurrency: int, repeat: int) -> bool:
         return (self.dir / unit_rel(side, concurrency, repeat) / "summary.json").is_file()

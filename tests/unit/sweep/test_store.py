@@ -137,3 +137,15 @@ def test_load_run_rejects_a_folder_without_run_json(tmp_path):
     """Reading something that is not a run folder fails with a clear message, not an empty result."""
     with pytest.raises(FileNotFoundError, match="no run.json"):
         load_run(tmp_path)
+
+
+def test_torn_record_line_is_cut_before_a_resumed_unit_appends(tmp_path):
+    """A kill mid-write leaves a partial line; the store trims it so resumed appends stay readable."""
+    cell = _store(tmp_path).cell("x--00000000")
+    path = cell.records_path("pd", 1, 0)
+    append_record(path, _record(0))
+    with open(path, "a") as f:
+        f.write('{"index": 1, "prom')
+    path = cell.records_path("pd", 1, 0)
+    append_record(path, _record(1))
+    assert [r.index for r in load_run(tmp_path / "run").cells[0].unit("pd", 1, 0).records()] == [0, 1]
