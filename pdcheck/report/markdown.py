@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pdcheck.report.against import Comparison, compare_rows
 from pdcheck.report.charts import accuracy_charts
 from pdcheck.report.details import diverging_questions, log_tails, rerun_command
-from pdcheck.report.race import race_section
+from pdcheck.report.race import race_sections
 from pdcheck.report.rows import ResultRow, build_rows
 from pdcheck.report.sections import (
     environment_section,
@@ -156,6 +156,7 @@ def render_markdown(run: RunResults, *, against: RunResults | None = None,
     ]
     if comparison is not None:
         head.append(_against_note(against, comparison))
+    race_full, race_compact = race_sections(run)
     methodology = methodology_section(alpha=policy.get("alpha"), margin_pts=policy.get("margin_pts"),
                                       tie_epsilon_nats=policy.get("tie_epsilon_nats"), mde_pts=mde)
 
@@ -165,7 +166,7 @@ def render_markdown(run: RunResults, *, against: RunResults | None = None,
         if charts:
             parts.append("## Accuracy vs concurrency")
             parts += charts if detail.charts else ["Charts left out to fit; see the full report."]
-        parts += ["## Race findings", race_section(run.race, evidence=detail.race_evidence)]
+        parts += ["## Race findings", race_full if detail.race_evidence else race_compact]
         if failures:
             parts.append("## Failures")
             parts += [f.full for f in failures[: detail.full_failures]]

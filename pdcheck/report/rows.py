@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pdcheck.analysis.paired import PairedComparison
+from pdcheck.sweep.judging import kv_tokens
 from pdcheck.sweep.store import CellResult, RunResults
 from pdcheck.sweep.summary import cell_outcomes
 
@@ -69,13 +70,6 @@ def _side_accuracy(cell: CellResult, side: str, concurrency: int) -> float | Non
     ])
 
 
-def _kv_tokens(cell: CellResult, concurrency: int) -> int | None:
-    """Tokens the decoders received over the KV connector, summed over the repeats."""
-    found = [kv.get("external_kv_tokens") for (c, _), kv in cell.kv.items() if c == concurrency]
-    found = [int(t) for t in found if t is not None]
-    return sum(found) if found else None
-
-
 def _numbers(comparison: dict[str, Any] | None, verdict: dict[str, Any]) -> dict[str, Any]:
     """The table's analysis numbers, from the stored PairedComparison and CellVerdict dicts."""
     numbers: dict[str, Any] = {"mde_pts": verdict.get("mde_pts"), "kv_tokens": verdict.get("kv_transferred_tokens")}
@@ -113,7 +107,7 @@ def build_rows(run: RunResults) -> list[ResultRow]:
             numbers = {
                 "baseline_accuracy": _side_accuracy(cell, "baseline", concurrency),
                 "pd_accuracy": _side_accuracy(cell, "pd", concurrency),
-                "kv_tokens": _kv_tokens(cell, concurrency),
+                "kv_tokens": kv_tokens(cell.kv, concurrency),
             }
             if entry is not None:
                 numbers |= {k: v for k, v in _numbers(entry.comparison, entry.verdict).items() if v is not None}

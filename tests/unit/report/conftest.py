@@ -7,6 +7,7 @@ so the report is tested against the layout and dicts the sweep really produces.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from pdcheck.analysis.verdict import decide
 from pdcheck.config import SweepSpec, expand_cells
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
 from pdcheck.sweep.outcomes import judge
+from pdcheck.sweep.plan import Unit
 from pdcheck.sweep.store import Provenance, RunStore, load_run
 from pdcheck.sweep.summary import summarize
 
@@ -31,6 +33,21 @@ ENVIRONMENT = {
     "cpu_count": 2,
 }
 SWEEP_FILE = "sweeps/cpu-smoke.yaml"
+# What the sweep stores under race/summary.json: status, reason, and `pdcheck race --json` as `result`.
+RACE_FINDINGS = {
+    "status": "fail", "reason": "2 finding(s) reported; see race/race.json", "exit_code": 1,
+    "result": {
+        "vllm_version": "0.32.0", "disabled_fixes": ["block-reuse"], "fixes_absent": ["zeroing"],
+        "variants": [{
+            "variant": "full-attention", "seeds": 20, "seeds_with_findings": 20,
+            "seeds_by_family": {"BLOCK_REUSE": 20}, "median_first_step_by_family": {"BLOCK_REUSE": 21.0},
+            "findings_by_kind": {"STALE_WRITE_INTO_CONSUMER_BLOCK": 31}, "steps": 9000, "sim_s": 0.4,
+            "steps_per_s": 22500.0,
+            "examples": [{"kind": "STALE_WRITE_INTO_CONSUMER_BLOCK", "family": "BLOCK_REUSE", "seed": 3,
+                          "step": 19, "detail": "step 18 of req-7 wrote block 12 after req-9's load"}],
+        }],
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -99,7 +116,15 @@ def write_run(root: Path, plans: Sequence[CellPlan], *, n: int = 200, concurrenc
                                                    "dataset_sha256": "d" * 64})
             if c in plan.infra_at:
                 continue
-            cs.write_kv(c, 0, {"external_kv_tokens": 1000 * c})
+            if cell.arm.inject:
+                # What the plugin logs: one line per injected request; here the dropped questions.
+                tag = Unit(cell.id, "pd", c, 0).run_tag
+                log = cs.dir / "plugin" / "decode-0" / "injections.jsonl"
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with open(log, "a") as f:
+                    f.writelines(json.dumps({"x_request_id": f"{tag}-q{r.index:05d}", "kind": cell.arm.inject}) + "\n"
+                                 for b, r in zip(baseline, pd) if b.correct and not r.correct)
+            cs.write_kv(c, 0, {"decoders": [{"external_kv_tokens": 1000 * c}]})
             comparison = compare_paired(baseline, pd, alpha=cell.analysis.alpha,
                                         tie_epsilon_nats=cell.analysis.tie_epsilon_nats)
             verdict = decide(comparison, policy=cell.analysis, kv_transferred_tokens=1000 * c)

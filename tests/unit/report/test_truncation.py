@@ -9,7 +9,7 @@ import pytest
 from pdcheck.report import GITHUB_COMMENT_MAX_CHARS, render_markdown
 from pdcheck.sweep.store import load_run
 
-from .conftest import CellPlan
+from .conftest import RACE_FINDINGS, CellPlan
 from .mdparse import tables
 
 # Half the results fail (fixes-on regresses at c4 and c8; the canaries are too weak to be flagged
@@ -24,7 +24,7 @@ def big_run(tmp_path_factory):
     from .conftest import write_run
 
     root = write_run(tmp_path_factory.mktemp("big") / "run", PLANS, n=100, concurrency=(1, 2, 4, 8),
-                     text_len=60, log_lines=40)
+                     text_len=60, log_lines=40, race=RACE_FINDINGS)
     return load_run(root)
 
 
@@ -45,9 +45,16 @@ def test_the_full_report_is_untouched_when_it_fits(full):
     assert text.count("<details>") == 8  # one per failing result
 
 
-@pytest.mark.parametrize("max_chars", [20_000, 9_000, 5_000])
-def test_every_verdict_survives_any_budget(big_run, full, max_chars):
+@pytest.fixture(scope="module")
+def smallest(big_run):
+    """The report at its least detail: every verdict row and nothing optional."""
+    return render_markdown(big_run, max_chars=1_000)
+
+
+@pytest.mark.parametrize("fraction", [0.8, 0.5, 0.2, 0.0])
+def test_every_verdict_survives_any_budget(big_run, full, smallest, fraction):
     """Whatever the limit, the text fits it and carries exactly the same verdict rows as the full report."""
+    max_chars = len(smallest) + int(fraction * (len(full) - len(smallest)))
     short = render_markdown(big_run, max_chars=max_chars)
     assert len(short) <= max_chars
     assert _verdicts(short) == _verdicts(full)
@@ -61,16 +68,22 @@ def test_details_blocks_go_first_then_examples(big_run, full):
     one_less = render_markdown(big_run, max_chars=len(full) - 1)
     assert one_less.count("<details>") == n_blocks - 1
     assert "first diverging question" in one_less and "## Accuracy vs concurrency" in one_less
-    # Budgets that fit no details block: the examples go only after the last block went.
-    shorter = [render_markdown(big_run, max_chars=m) for m in (9_500, 7_000, 6_250, 5_500)]
-    levels = [("<details>" in t, "first diverging question" in t, "```mermaid" in t) for t in shorter]
-    assert levels == sorted(levels, reverse=True), levels
-    assert levels == [(True, True, True), (False, True, True), (False, False, True), (False, False, False)]
 
 
-def test_verdict_rows_stay_even_when_they_alone_exceed_the_limit(big_run, full):
+def test_shedding_goes_details_then_examples_then_charts_then_race_then_columns(big_run, full, smallest):
+    """Scanning budgets from the smallest report to the full one, detail comes back in reverse shedding order."""
+    # Shedding the race tables and the wide columns saves little, so the low budgets are dense.
+    budgets = [len(smallest) + int(f * (len(full) - len(smallest))) for f in (0.0, 0.03, 0.06, 0.1, 0.3, 0.6, 1.0)]
+    texts = [render_markdown(big_run, max_chars=b) for b in budgets]
+    levels = [("<details>" in t, "first diverging question" in t.lower(), "```mermaid" in t,
+               "seeds with findings" in t, "Δ pts (95% CI)" in t) for t in texts]
+    assert levels == sorted(levels), levels  # each level keeps all the detail of every smaller one
+    assert levels[0] == (False, False, False, False, False) and levels[-1] == (True, True, True, True, True)
+
+
+def test_verdict_rows_stay_even_when_they_alone_exceed_the_limit(full, smallest):
     """A limit too small for the table itself still gets every verdict row (the one allowed overrun)."""
-    tiny = render_markdown(big_run, max_chars=1_000)
+    tiny = smallest
     assert len(tiny) > 1_000
     assert _verdicts(tiny) == _verdicts(full)
     assert tables(tiny)[0][0] == ["Config", "c", "Baseline acc", "PD acc", "Verdict"]
