@@ -12,6 +12,7 @@ unit keeps its records, and `--resume` carries on from there.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -199,7 +200,8 @@ class Engine:
         if endpoints is not None:
             endpoints.check_alive()
             after = _scrape(endpoints)
-            cs.write_kv(unit.concurrency, unit.repeat, _kv_delta(before, after, endpoints))
+            evidence = _kv_delta(before, after, endpoints) | {"injections": _injections(endpoints, unit.run_tag)}
+            cs.write_kv(unit.concurrency, unit.repeat, evidence)
         cs.write_unit_summary(unit.side, unit.concurrency, unit.repeat, summary.to_dict())
         accuracy = "n/a" if summary.accuracy is None else f"{summary.accuracy:.3f}"
         self.progress.emit("unit-done", f"{cell.name} {unit.side} c{unit.concurrency}: accuracy {accuracy}")
@@ -252,3 +254,16 @@ def _kv_delta(before: list[Any] | None, after: list[Any], endpoints: PdEndpoints
     """Per-decoder deltas over the unit; an empty list means no metrics URL (attach without one)."""
     deltas = [a.minus(b).to_dict() for a, b in zip(after, before or [])]
     return {"decoders": deltas, "metrics_urls": list(endpoints.decoder_metrics_urls)}
+
+
+def _injections(endpoints: PdEndpoints, run_tag: str) -> list[dict[str, Any]]:
+    """The plugin's injection-log lines of this unit (its run tag), from every decoder."""
+    out = []
+    for folder in endpoints.plugin_dirs:
+        log = Path(folder) / "injections.jsonl"
+        if not log.is_file():
+            continue
+        for line in log.read_text().splitlines():
+            if line.strip() and f'"{run_tag}-q' in line:
+                out.append(json.loads(line))
+    return out

@@ -11,6 +11,7 @@ from typing import Any
 
 from pdcheck.config import Cell
 from pdcheck.sweep.outcomes import INFRA_ERROR, Outcome, judge
+from pdcheck.sweep.plan import Unit
 from pdcheck.sweep.store import CellStore, load_cell
 
 
@@ -47,7 +48,24 @@ def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
         expected_accuracy=cell.model.expected_accuracy, expected_rtol=cell.model.expected_rtol,
     )
     verdict = decide(comparison, policy=policy, kv_transferred_tokens=kv_tokens(result.kv, concurrency))
-    return _record(cell, cs, concurrency, comparison=comparison.to_dict(), verdict=verdict.to_dict())
+    injection = None
+    if cell.arm.inject is not None:
+        injection = _injection_precision(comparison, result.kv.get((concurrency, 0), {}),
+                                         run_tag=Unit(cell.id, "pd", concurrency, 0).run_tag)
+    return _record(cell, cs, concurrency, comparison=comparison.to_dict(), verdict=verdict.to_dict(),
+                   injection=injection)
+
+
+def _injection_precision(comparison, evidence: dict[str, Any], *, run_tag: str) -> dict[str, Any] | None:
+    """Which injected questions the agreement check flagged (corruption-grade divergences)."""
+    from pdcheck.analysis import injection_precision
+
+    if "injections" not in evidence:
+        return None  # attach mode or no plugin folder: no log to compare against
+    divergences = comparison.agreement.divergences
+    graded = any(d.margin_nats is not None for d in divergences)
+    flagged = [d.index for d in divergences if not graded or d.grade == "corruption"]
+    return injection_precision(evidence["injections"], flagged, run_tag=run_tag).to_dict()
 
 
 def skip_level(cell: Cell, cs: CellStore, concurrency: int, *, reason: str) -> Outcome:
@@ -69,7 +87,9 @@ def kv_tokens(kv: dict[tuple[int, int], dict[str, Any]], concurrency: int) -> in
     return total
 
 
-def _record(cell: Cell, cs: CellStore, concurrency: int, *, comparison: dict | None, verdict: dict) -> Outcome:
+def _record(cell: Cell, cs: CellStore, concurrency: int, *, comparison: dict | None, verdict: dict,
+            injection: dict | None = None) -> Outcome:
     outcome = judge(verdict["verdict"], verdict.get("reason", ""), canary=cell.arm.canary)
-    cs.write_verdict(concurrency, comparison=comparison, verdict=verdict, outcome=outcome.to_dict())
+    cs.write_verdict(concurrency, comparison=comparison, verdict=verdict, outcome=outcome.to_dict(),
+                     injection=injection)
     return outcome

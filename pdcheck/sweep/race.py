@@ -56,6 +56,6 @@ def run_race_subprocess(settings: RaceSettings, *, python: str, out_dir: Path,
 def _findings_line(result: dict[str, Any] | None) -> str:
     if not result:
         return "findings reported (no JSON written)"
-    findings = result.get("findings")
-    n = len(findings) if isinstance(findings, list) else findings
-    return f"{n} finding(s) reported; see race/race.json" if n is not None else "findings reported; see race/race.json"
+    parts = [f"{v['variant']}: {v['seeds_with_findings']}/{v['seeds']} seeds" for v in result.get("variants", [])
+             if v.get("seeds_with_findings")]
+    return "findings in " + ("; ".join(parts) or "the harness") + " (see race/race.json)"

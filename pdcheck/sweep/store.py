@@ -211,11 +211,13 @@ class CellStore:
     def verdict_done(self, concurrency: int) -> bool:
         return (self.dir / "verdicts" / f"c{concurrency}.json").is_file()
 
-    def write_verdict(self, concurrency: int, *, comparison: dict[str, Any] | None,
-                      verdict: dict[str, Any], outcome: dict[str, Any]) -> None:
-        """`verdict` is a CellVerdict dict; `outcome` says what it means for the cell (canary logic)."""
+    def write_verdict(self, concurrency: int, *, comparison: dict[str, Any] | None, verdict: dict[str, Any],
+                      outcome: dict[str, Any], injection: dict[str, Any] | None = None) -> None:
+        """`verdict` is a CellVerdict dict; `outcome` says what it means for the cell (canary logic);
+        `injection` is the InjectionPrecision of an injected arm."""
         self._write(self.dir / "verdicts" / f"c{concurrency}.json", {
             "concurrency": concurrency, "comparison": comparison, "verdict": verdict, "outcome": outcome,
+            "injection": injection,
         })
 
     def write_failure(self, exc: BaseException, *, phase: str) -> None:
@@ -326,6 +328,7 @@ class VerdictEntry:
     verdict: dict[str, Any]
     comparison: dict[str, Any] | None
     outcome: dict[str, Any]
+    injection: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -432,7 +435,8 @@ def load_cell(path: Path) -> CellResult:
     for vfile in sorted((path / "verdicts").glob("c*.json")):
         data = read_json(vfile) or {}
         verdicts[data["concurrency"]] = VerdictEntry(data["concurrency"], data.get("verdict", {}),
-                                                     data.get("comparison"), data.get("outcome", {}))
+                                                     data.get("comparison"), data.get("outcome", {}),
+                                                     data.get("injection"))
     failure = read_json(path / "failure.json")
     return CellResult(
         dirname=path.name, name=meta.get("name", name), id=meta.get("id", cell_id),

@@ -6,10 +6,15 @@ as a run done in one go.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+from pydantic import ValidationError
 
 from pdcheck.sweep.outcomes import INFRA_ERROR, Outcome, count, exit_code
 from pdcheck.sweep.store import CellResult, RunResults
+
+logger = logging.getLogger(__name__)
 
 
 def cell_outcomes(cell: CellResult) -> list[tuple[int, Outcome]]:
@@ -54,7 +59,36 @@ def summarize(results: RunResults) -> dict[str, Any]:
     return {
         "sweep": results.info.sweep.get("name"),
         "cells": cells,
+        "attribution": attribution(results),
         "race": results.race,
         "counts": {"status": count(statuses), "verdict": count(verdict_names)},
         "exit_code": int(code),
     }
+
+
+def attribution(results: RunResults) -> list[dict[str, Any]]:
+    """Which race most likely explains the flags, from the arms' verdicts and the harness's findings."""
+    from pdcheck.analysis import ArmObservation, Verdict, attribute
+    from pdcheck.config import Cell
+
+    arms = []
+    for cell in results.cells:
+        if not cell.verdicts:
+            continue
+        try:
+            resolved = Cell.model_validate(cell.resolved)
+        except ValidationError as exc:
+            logger.warning("%s: cell.json holds no valid cell (%s); left out of attribution", cell.dirname, exc)
+            continue
+        arms.append(ArmObservation.from_cell(
+            resolved,
+            verdicts={c: Verdict(v.name) for c, v in cell.verdicts.items()},
+            delta_pts={c: v.verdict["delta_pts"] for c, v in cell.verdicts.items()
+                       if v.verdict.get("delta_pts") is not None},
+        ))
+    families: dict[str, int] = {}
+    harness = (results.race or {}).get("result") or {}
+    for variant in harness.get("variants", []):
+        for family, n in variant.get("seeds_by_family", {}).items():
+            families[family] = families.get(family, 0) + n
+    return [a.to_dict() for a in attribute(arms, race_findings_by_family=families)]
