@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdcheck.analysis import PairedComparison, compare_paired
 from pdcheck.analysis.stats import fisher_greater_p, mcnemar_worse_p, tango_interval
@@ -130,3 +132,14 @@ def test_comparison_round_trips_through_json():
     c = compare_paired(base, pd, baseline_repeats=[base], expected_accuracy=0.7)
     again = PairedComparison.from_dict(json.loads(json.dumps(c.to_dict())))
     assert again == c
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 2000).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n))).flatmap(
+    lambda t: st.tuples(st.just(t[0]), st.just(t[1]), st.integers(0, t[0] - t[1]))))
+def test_tango_interval_is_ordered_bounded_and_contains_the_estimate(case):
+    """For any counts the interval lies in [-1, 1], is ordered, and contains (better - worse)/n."""
+    n, worse, better = case
+    lo, hi = tango_interval(worse, better, n)
+    est = (better - worse) / n
+    assert -1.0 <= lo <= est + 1e-9 and est - 1e-9 <= hi <= 1.0
