@@ -81,14 +81,20 @@ def _tables(c: PairedComparison) -> list[Table]:
 @click.option("--control", type=_FILE, help="Agreement control run, e.g. PD with async scheduling off.")
 @click.option("--expected-accuracy", type=click.FloatRange(0, 1),
               help="Stored accuracy for vLLM's |acc - expected| < rtol check (information only).")
-@click.option("--expected-rtol", type=click.FloatRange(0, 1, min_open=True), default=0.05, show_default=True)
+@click.option("--expected-rtol", type=click.FloatRange(0, 1, min_open=True), default=0.05, show_default=True,
+              help="Tolerance of that check.")
 @click.option("--early-stop", is_flag=True, help="Also report where the sequential test would have stopped.")
 @click.option("--injections", type=_FILE, help="The plugin's injections.jsonl: precision/recall of divergences.")
 @click.option("--run-tag", help="Only injections of this run tag (X-Request-Id prefix) count.")
 @click.option("--json", "as_json", is_flag=True, help="Print the analysis as JSON instead of tables.")
 def compare(baseline, pd, margin_pts, alpha, tie_epsilon, baseline_repeats, pd_repeats, control,
             expected_accuracy, expected_rtol, early_stop, injections, run_tag, as_json) -> None:
-    """Compare BASELINE and PD record files question by question and print the verdict."""
+    """Compare BASELINE and PD record files question by question and print the verdict.
+
+    \b
+    Exit: 0 PASS (and INCONCLUSIVE, with a warning), 1 REGRESSION or SUSPECT,
+    2 INFRA-ERROR, 3 the files cover different questions.
+    """
     policy = AnalysisPolicy(margin_pts=margin_pts, alpha=alpha, tie_epsilon_nats=tie_epsilon, early_stop=early_stop)
     base_records, pd_records = read_records(baseline), read_records(pd)
     comparison = compare_paired(
