@@ -1,29 +1,22 @@
 """The race-findings section: the harness's results, attribution across arms, injection precision.
 
-- Harness: the sweep stores `pdcheck race --json` under `race/summary.json` (status, reason, and
-  the harness's own JSON under `result`); shown per variant with an example finding each.
-- Attribution: `analysis.attribute` over the stored verdicts of every arm, plus the harness's
-  findings per family; the rules are in docs/analysis.md.
-- Injection precision: for arms that injected faults, the plugin's `injections.jsonl` in the
-  cell's folder against the questions that diverged beyond a near-tie (`analysis.injection_precision`).
+All three come from the store: the harness's JSON (`race/summary.json`, with `pdcheck race
+--json` under `result`), the attribution the sweep derives from the stored verdicts
+(`pdcheck.sweep.summary.attribution`, rules in docs/analysis.md), and the injection precision
+stored with each injected arm's verdict.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdcheck.analysis.agreement import TIE
-from pdcheck.analysis.attribution import ArmObservation, Attribution, attribute
-from pdcheck.analysis.injection import InjectionPrecision, injection_precision
-from pdcheck.analysis.paired import PairedComparison
-from pdcheck.analysis.verdict import Verdict
-from pdcheck.config import Cell
+from pdcheck.analysis.attribution import Attribution
+from pdcheck.analysis.injection import InjectionPrecision
 from pdcheck.report.sections import table
-from pdcheck.sweep.plan import Unit
-from pdcheck.sweep.store import CellResult, RunResults
+from pdcheck.sweep.store import RunResults
+from pdcheck.sweep.summary import attribution
 
 __all__ = ["InjectionResult", "attributions", "injection_results", "race_sections"]
 
@@ -36,57 +29,19 @@ class InjectionResult:
     precision: InjectionPrecision
 
 
-def _comparison(cell: CellResult, concurrency: int) -> PairedComparison | None:
-    entry = cell.verdicts.get(concurrency)
-    return PairedComparison.from_dict(entry.comparison) if entry and entry.comparison else None
-
-
-def _harness_families(race: Mapping[str, Any] | None) -> dict[str, int]:
-    result = (race or {}).get("result") or {}
-    families: dict[str, int] = {}
-    for variant in result.get("variants", []):
-        for family, seeds in variant.get("seeds_by_family", {}).items():
-            families[family] = families.get(family, 0) + int(seeds)
-    return families
-
-
 def attributions(run: RunResults) -> list[Attribution]:
-    """The likely race behind each flagged arm, from the stored verdicts and the harness findings."""
-    observations = []
-    for cell in run.cells:
-        verdicts = {c: Verdict(e.name) for c, e in cell.verdicts.items() if e.name in Verdict.__members__.values()}
-        deltas = {c: comp.delta_pts for c in cell.verdicts
-                  if (comp := _comparison(cell, c)) is not None and comp.delta_pts is not None}
-        observations.append(ArmObservation.from_cell(Cell.model_validate(cell.resolved), verdicts=verdicts,
-                                                     delta_pts=deltas))
-    return attribute(observations, race_findings_by_family=_harness_families(run.race))
-
-
-def _injections(run: RunResults, cell: CellResult) -> list[dict[str, Any]]:
-    entries = []
-    for path in sorted((run.info.root / "cells" / cell.dirname / "plugin").glob("decode-*/injections.jsonl")):
-        with open(path, encoding="utf-8") as f:
-            entries += [json.loads(line) for line in f if line.strip()]
-    return entries
+    """The likely race behind each flagged arm, as the sweep's summary derives it from the store."""
+    return [Attribution.from_dict(a) for a in attribution(run)]
 
 
 def injection_results(run: RunResults) -> list[InjectionResult]:
-    """Per injecting arm and concurrency: did the questions that diverged match the injected ones?"""
+    """Per injected arm and concurrency: did the questions that diverged match the injected ones?"""
     out = []
     for cell in run.cells:
         inject = (cell.resolved.get("arm") or {}).get("inject")
-        if not inject:
-            continue
-        log = _injections(run, cell)
-        for concurrency in cell.verdicts:
-            comparison = _comparison(cell, concurrency)
-            pd = cell.unit("pd", concurrency, 0)
-            if comparison is None or pd is None:
-                continue
-            flagged = [d.index for d in comparison.agreement.divergences if d.grade != TIE]
-            precision = injection_precision(log, flagged, run_tag=Unit(cell.id, "pd", concurrency, 0).run_tag,
-                                            questions=[r.index for r in pd.records() if r.ok])
-            out.append(InjectionResult(cell.name, concurrency, inject, precision))
+        for concurrency, entry in cell.verdicts.items():
+            if inject and entry.injection is not None:
+                out.append(InjectionResult(cell.name, concurrency, inject, InjectionPrecision.from_dict(entry.injection)))
     return out
 
 
@@ -142,6 +97,6 @@ def _race_section(run: RunResults, found: list[Attribution], injected: list[Inje
     if injected:
         rows = [[f"`{r.cell}`", str(r.concurrency), r.inject, str(r.precision.n_injected), str(r.precision.n_flagged),
                  _fraction(r.precision.precision), _fraction(r.precision.recall)] for r in injected]
-        parts.append("**Fault-injection precision** (questions that diverged beyond a near-tie vs the injected ones)\n\n"
+        parts.append("**Fault-injection precision** (corruption-grade divergences vs the injected questions)\n\n"
                      + table(["arm", "c", "fault", "injected", "diverged", "precision", "recall"], rows))
     return "\n\n".join(parts)

@@ -216,8 +216,8 @@ def methodology_section(*, alpha: float | None, margin_pts: float | None, tie_ep
         if mde_pts else "not computed"
     return "\n".join([
         "- Test: each PD run is paired question by question with its same-run no-PD baseline; "
-        "Δ = PD − baseline accuracy with a 95% paired CI and an exact one-sided McNemar p-value "
-        "on the discordant pairs.",
+        "Δ = PD − baseline accuracy with a 95% paired CI (Tango's score interval) and an exact "
+        "one-sided McNemar p-value on the discordant pairs.",
         f"- REGRESSION needs p < α = {alpha if alpha is not None else '?'} and a drop larger than the margin "
         f"({margin_pts if margin_pts is not None else '?'} pts); SUSPECT means significantly more greedy "
         f"divergences than the control beyond near-ties (ε = {tie_epsilon_nats if tie_epsilon_nats is not None else '?'} nats); "

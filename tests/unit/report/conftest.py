@@ -1,24 +1,22 @@
 """Result folders for report tests, written the way a sweep writes them.
 
-The folders go through the store's own writer (`RunStore`/`CellStore`) and hold verdicts that
-the real analysis computed (`compare_paired`, `decide`) from generated per-question records,
-so the report is tested against the layout and dicts the sweep really produces.
+The folders go through the store's own writer (`RunStore`/`CellStore`), and the verdicts come
+from the sweep's own judging (`judge_level`: `compare_paired`, `decide`, canary logic,
+injection precision) over generated per-question records, so the report is tested against the
+layout and dicts the sweep really produces.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from pdcheck.analysis.paired import compare_paired
-from pdcheck.analysis.verdict import decide
 from pdcheck.config import SweepSpec, expand_cells
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
-from pdcheck.sweep.outcomes import judge
+from pdcheck.sweep.judging import judge_level
 from pdcheck.sweep.plan import Unit
 from pdcheck.sweep.store import Provenance, RunStore, load_run
 from pdcheck.sweep.summary import summarize
@@ -114,22 +112,15 @@ def write_run(root: Path, plans: Sequence[CellPlan], *, n: int = 200, concurrenc
                 accuracy = sum(r.correct for r in records) / len(records)
                 cs.write_unit_summary(side, c, 0, {"n": len(records), "accuracy": accuracy,
                                                    "dataset_sha256": "d" * 64})
-            if c in plan.infra_at:
-                continue
+            evidence: dict = {"decoders": [{"external_kv_tokens": 1000 * c}]}
             if cell.arm.inject:
-                # What the plugin logs: one line per injected request; here the dropped questions.
+                # What the plugin logs, one line per injected request: here the dropped questions.
                 tag = Unit(cell.id, "pd", c, 0).run_tag
-                log = cs.dir / "plugin" / "decode-0" / "injections.jsonl"
-                log.parent.mkdir(parents=True, exist_ok=True)
-                with open(log, "a") as f:
-                    f.writelines(json.dumps({"x_request_id": f"{tag}-q{r.index:05d}", "kind": cell.arm.inject}) + "\n"
-                                 for b, r in zip(baseline, pd) if b.correct and not r.correct)
-            cs.write_kv(c, 0, {"decoders": [{"external_kv_tokens": 1000 * c}]})
-            comparison = compare_paired(baseline, pd, alpha=cell.analysis.alpha,
-                                        tie_epsilon_nats=cell.analysis.tie_epsilon_nats)
-            verdict = decide(comparison, policy=cell.analysis, kv_transferred_tokens=1000 * c)
-            outcome = judge(verdict.verdict.value, verdict.reason, canary=cell.arm.canary)
-            cs.write_verdict(c, comparison=comparison.to_dict(), verdict=verdict.to_dict(), outcome=outcome.to_dict())
+                evidence["injections"] = [{"x_request_id": f"{tag}-q{r.index:05d}", "kind": cell.arm.inject}
+                                          for b, r in zip(baseline, pd) if b.correct and not r.correct]
+            if c not in plan.infra_at:
+                cs.write_kv(c, 0, evidence)
+            judge_level(cell, cs, c)  # the sweep's own judging: compare_paired, decide, canary logic
     if race is not None:
         store.write_race_summary(race)
     store.finish(summarize(load_run(root)))
