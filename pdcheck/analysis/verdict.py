@@ -38,7 +38,6 @@ from pdcheck.errors import ExitCode
 __all__ = ["CanaryStatus", "CellVerdict", "Verdict", "canary_status", "decide", "regression_mask"]
 
 # Above this share of failed requests on either side the run measures the servers, not the model.
-DEFAULT_MAX_ERROR_RATE = 0.05
 
 
 class Verdict(enum.StrEnum):
@@ -123,7 +122,6 @@ def decide(
     policy: AnalysisPolicy,
     infra_error: str | None = None,
     kv_transferred_tokens: int | None = None,
-    max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
 ) -> CellVerdict:
     """The verdict for one comparison under `policy` (alpha, margin_pts); see the module docstring."""
     c = comparison
@@ -153,7 +151,7 @@ def decide(
             kv_transferred_tokens=kv_transferred_tokens,
         )
 
-    infra = _infra_reason(c, infra_error, kv_transferred_tokens, max_error_rate)
+    infra = _infra_reason(c, infra_error, kv_transferred_tokens, policy.max_error_rate)
     if infra is not None:
         return verdict(Verdict.INFRA_ERROR, infra)
     delta = f"Δ {c.delta_pts:+.2f} pts [{c.ci_low_pts:+.2f}, {c.ci_high_pts:+.2f}]"

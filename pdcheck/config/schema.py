@@ -174,6 +174,8 @@ class AnalysisPolicy(_Strict):
     alpha: Annotated[float, Field(gt=0, lt=0.5)] = 0.05
     tie_epsilon_nats: Annotated[float, Field(ge=0)] = 0.05
     early_stop: bool = False
+    # More failed requests than this (per side) makes a unit INFRA-ERROR rather than a verdict.
+    max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.05
 
 
 class ConnectorSpec(_Strict):
