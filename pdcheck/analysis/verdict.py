@@ -37,8 +37,6 @@ from pdcheck.errors import ExitCode
 
 __all__ = ["CanaryStatus", "CellVerdict", "Verdict", "canary_status", "decide", "regression_mask"]
 
-# Above this share of failed requests on either side the run measures the servers, not the model.
-
 
 class Verdict(enum.StrEnum):
     PASS = "PASS"
@@ -103,6 +101,7 @@ def noise_floor_pts(baseline_std: float | None, *, alpha: float) -> float:
     return 100.0 * float(stats.norm.ppf(1 - alpha)) * math.sqrt(2.0) * baseline_std
 
 
+# Above max_error_rate failed requests on either side, the run measures the servers, not the model.
 def _infra_reason(comparison: PairedComparison, infra_error, kv_transferred_tokens, max_error_rate) -> str | None:
     if infra_error:
         return f"servers failed: {infra_error}"
