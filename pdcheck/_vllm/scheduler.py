@@ -230,18 +230,18 @@ def _mutation_drain_before_processed() -> contextlib.AbstractContextManager[None
     return _patched(_scheduler_cls(), "_drain_deferred_frees", make)
 
 
-def _mutation_preempt_frees_at_once() -> contextlib.AbstractContextManager[None]:
-    def make(orig: Callable[..., None]) -> Callable[..., None]:
-        def _preempt_request(self: Any, *args: Any, **kwargs: Any) -> None:
+def _mutation_abort_frees_at_once() -> contextlib.AbstractContextManager[None]:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def finish_requests(self: Any, *args: Any, **kwargs: Any) -> Any:
             saved, self.defer_block_free = self.defer_block_free, False
             try:
-                orig(self, *args, **kwargs)
+                return orig(self, *args, **kwargs)
             finally:
                 self.defer_block_free = saved
 
-        return _preempt_request
+        return finish_requests
 
-    return _patched(_scheduler_cls(), "_preempt_request", make)
+    return _patched(_scheduler_cls(), "finish_requests", make)
 
 
 def _mutation_no_rezero_after_failed_load() -> contextlib.AbstractContextManager[None]:
@@ -252,7 +252,7 @@ MUTATIONS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[N
     "free-fence-off-by-one": ("frees blocks while the last step that wrote them is still in flight", _mutation_free_fence_off_by_one),
     "deferred-fence-one-early": ("queues deferred frees one step too early", _mutation_deferred_fence_one_early),
     "drain-before-processed": ("drains deferred frees before the step is counted processed", _mutation_drain_before_processed),
-    "preempt-frees-at-once": ("preemption frees at once; only finish/abort defer", _mutation_preempt_frees_at_once),
+    "abort-frees-at-once": ("an abort from outside frees at once; only finishes seen in outputs defer", _mutation_abort_frees_at_once),
     "skip-zeroing-first-group-only": (
         "skip_zeroing covers only the first loaded KV group",
         lambda: _patch_skip_zeroing(lambda groups: groups[:1]),
@@ -733,6 +733,9 @@ class SimScheduler:
     def is_loading(self, request_id: str) -> bool:
         request = self._scheduler.requests.get(request_id)
         return request is not None and request.status.name == "WAITING_FOR_REMOTE_KVS"
+
+    def num_free_blocks(self) -> int:
+        return int(self._scheduler.kv_cache_manager.block_pool.get_num_free_blocks())
 
     def block_ids(self, request_id: str) -> tuple[tuple[int, ...], ...]:
         return _tables(self._scheduler, request_id)

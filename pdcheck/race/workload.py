@@ -113,6 +113,7 @@ VARIANTS: dict[str, Workload] = {
         Workload("hybrid-align-3mamba", _hybrid("align", 3)),
         Workload("hybrid-none", _hybrid("none", 3)),
         Workload("pp3", SchedulerSpec(depth=3, num_blocks=40)),
+        Workload("pp3-aborts", SchedulerSpec(depth=3, num_blocks=40), abort_rate=0.1),
         Workload("aborts", _hybrid("align"), abort_rate=0.1),
         Workload("load-failures", SchedulerSpec(zeroing=True), load_failure_rate=0.3),
         Workload(
@@ -121,7 +122,7 @@ VARIANTS: dict[str, Workload] = {
         Workload("hybrid-load-failures", _hybrid("align"), load_failure_rate=0.3),
     )
 }
-DEFAULT_VARIANTS = ("attention", "attention-zeroing", "hybrid-align", "hybrid-none", "pp3", "aborts", "load-failures")
+DEFAULT_VARIANTS = ("attention", "hybrid-align")
 
 
 def get_variant(name: str) -> Workload:
