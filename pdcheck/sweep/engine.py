@@ -28,7 +28,7 @@ from pdcheck.sweep.events import EventSink, Progress
 from pdcheck.sweep.junit import render_junit
 from pdcheck.sweep.judging import judge_level, level_ready, skip_level
 from pdcheck.sweep.plan import Job, Placement, Unit, pack, plan_jobs
-from pdcheck.sweep.store import CellStore, RunResults, RunStore, load_run
+from pdcheck.sweep.store import CellStore, RunResults, RunStore, donors, load_run
 from pdcheck.sweep.summary import summarize
 
 logger = logging.getLogger(__name__)
@@ -86,6 +86,13 @@ class Engine:
     def run(self, *, before_finish: Callable[[], None] | None = None,
             render_report: Callable[[RunResults], str] | None = None) -> SweepResult:
         """Run every pending unit, judge every cell, then `before_finish` (the race harness) and finish."""
+        jobs = self.execute()
+        if before_finish is not None:
+            before_finish()
+        return self.finish(server_starts=self.progress.server_starts, jobs=jobs, render_report=render_report)
+
+    def execute(self) -> int:
+        """Run the plan's pending units and judge every cell; returns the number of jobs planned."""
         cells = list(self.cells.values())
         jobs = plan_jobs(cells, reuse=self.options.reuse,
                          build_fingerprint=lambda c: _fingerprint(self.backend.provenance(c)))
@@ -108,9 +115,7 @@ class Engine:
                         fut.result()
         for cell in cells:
             self._judge_cell(cell)
-        if before_finish is not None:
-            before_finish()
-        return self.finish(server_starts=self.progress.server_starts, jobs=len(jobs), render_report=render_report)
+        return len(jobs)
 
     def finish(self, *, server_starts: int = 0, jobs: int = 0,
                render_report: Callable[[RunResults], str] | None = None) -> SweepResult:
@@ -140,6 +145,8 @@ class Engine:
         job = placement.job
         cell = job.cell
         cs = self.cell_store(cell)
+        if job.side == "baseline" and self.options.reuse:
+            self._adopt_baseline(job, cs)
         pending = self._pending(job)
         with self._lock:
             self.progress.questions_done += sum(self._questions(u) for u in job.units if u not in pending)
@@ -166,6 +173,19 @@ class Engine:
                 self.progress.emit("failure", f"{job.label}: {type(exc).__name__}: {exc}")
         if job.side == "baseline":
             self._share_baseline(job, cs)
+
+    def _adopt_baseline(self, job: Job, cs: CellStore) -> None:
+        """Copy finished baseline units from any cell in the run folder with the same key and build
+        (an earlier shard of work: another pytest item, or a cell selected in an earlier run)."""
+        fingerprint = _fingerprint(cs.provenance)
+        for donor in donors(self.store.root, job.cell.baseline_key(), exclude=cs.dirname):
+            if _fingerprint(donor.provenance) != fingerprint:
+                continue
+            source = self.store.cell(donor.dirname, donor.provenance)
+            for unit in job.units:
+                if not cs.unit_done("baseline", unit.concurrency, unit.repeat) and \
+                        source.unit_done("baseline", unit.concurrency, unit.repeat):
+                    cs.copy_baseline_unit(source, unit.concurrency, unit.repeat)
 
     def _share_baseline(self, job: Job, source: CellStore) -> None:
         for other in job.shares:

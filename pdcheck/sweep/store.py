@@ -449,6 +449,18 @@ def load_cell(path: Path) -> CellResult:
     )
 
 
+def donors(root: Path, baseline_key: str, *, exclude: str) -> list[CellResult]:
+    """Cells of the run folder whose baselines another cell with `baseline_key` may reuse."""
+    out = []
+    for path in sorted((Path(root) / "cells").glob("*--*")):
+        if path.name == exclude:
+            continue
+        meta = read_json(path / "cell.json")
+        if meta and meta.get("baseline_key") == baseline_key:
+            out.append(load_cell(path))
+    return out
+
+
 def load_run(root: str | Path) -> RunResults:
     """Read a run folder (finished, interrupted or merged). Raises FileNotFoundError without run.json."""
     root = Path(root)

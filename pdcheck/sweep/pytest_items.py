@@ -1,0 +1,123 @@
+"""The test items behind `pytest --pdcheck-sweep FILE`: one item per sweep cell.
+
+Each item runs its cell's units with the sweep engine into one shared results folder (the
+same format as `pdcheck sweep`), holding a GPU lease for the time its servers are up, so
+xdist workers never share a GPU (or, on CPU, never run two topologies at once). The
+controller writes summary.json and junit.xml at session end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+from pdcheck.config import Cell, expand_cells, load_sweep, select_cells
+from pdcheck.sweep.backends import AttachBackend
+from pdcheck.sweep.engine import Engine
+from pdcheck.sweep.leases import GpuLeases
+from pdcheck.sweep.store import Provenance, RunStore, load_cell, load_run, read_json
+from pdcheck.sweep.summary import cell_outcomes, summarize
+
+
+class CellFailed(Exception):
+    """The cell's verdict is a failure (or infra error); the message is the verdict reasons."""
+
+
+class SweepFile(pytest.File):
+    def collect(self):
+        spec = load_sweep(self.path)
+        only = tuple(self.config.getoption("pdcheck_only") or ())
+        for cell in select_cells(expand_cells(spec), only=only):
+            yield CellItem.from_parent(self, name=cell.name, cell=cell)
+
+
+class CellItem(pytest.Item):
+    def __init__(self, *, cell: Cell, **kwargs):
+        super().__init__(**kwargs)
+        self.cell = cell
+        self.add_marker(pytest.mark.pdcheck_cell)
+
+    def runtest(self) -> None:
+        store = open_store(self.config)
+        baseline_url = self.config.getoption("pdcheck_baseline_url")
+        if baseline_url is not None:
+            backend = AttachBackend(baseline_url, self.config.getoption("pdcheck_pd_url"))
+            Engine([self.cell], store=store, backend=backend).execute()
+        else:
+            self._run_on_leased_devices(store)
+        outcomes = cell_outcomes(load_cell(store.root / "cells" / self.cell.dirname))
+        bad = [f"c{c}: {o.verdict} ({o.status}): {o.reason}" for c, o in outcomes if o.status in ("fail", "infra")]
+        for c, o in outcomes:
+            self.user_properties.append((f"c{c}", f"{o.verdict}: {o.reason}"))
+        if bad:
+            raise CellFailed("\n".join(bad))
+
+    def _run_on_leased_devices(self, store: RunStore) -> None:
+        from pdcheck.serving.gpus import GpuInventory
+        from pdcheck.sweep.serving_backend import ServingBackend
+
+        backend = ServingBackend.for_cells([self.cell])
+        leases = GpuLeases(store.root / ".gpu-leases.json", backend.gpu_indices)
+        with leases.lease(self.cell.gpus_needed, holder=self.nodeid) as gpus:
+            if gpus:
+                mine = tuple(g for g in backend.inventory.gpus if g.index in gpus)
+                backend.inventory = GpuInventory(mine, backend.inventory.source)
+            Engine([self.cell], store=store, backend=backend).execute()
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, CellFailed):
+            return f"{self.cell.name}:\n{excinfo.value}"
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, None, f"pdcheck cell {self.cell.name} ({self.cell.id})"
+
+
+def results_dir(config) -> Path:
+    out = config.getoption("pdcheck_out")
+    if out:
+        return Path(out)
+    spec = load_sweep(config.getoption("pdcheck_sweep"))
+    return Path("pdcheck-results") / f"{spec.name}-pytest"
+
+
+def open_store(config) -> RunStore:
+    """The shared run folder: created by the first worker that gets here, opened by the others."""
+    root = results_dir(config)
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / ".run.lock")):
+        run = read_json(root / "run.json")
+        if run is not None:
+            return RunStore(root, Provenance.from_stamp(run))
+        from pdcheck.serving.environment import collect_environment
+
+        attached = config.getoption("pdcheck_baseline_url") is not None
+        environment = {"attached": True} if attached else collect_environment()
+        vllm = environment.get("vllm", {})
+        path = Path(config.getoption("pdcheck_sweep"))
+        spec = load_sweep(path)
+        return RunStore.create(
+            root, provenance=Provenance(vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit")),
+            environment=environment,
+            sweep={"name": spec.name, "file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                   "selection": {"only": list(config.getoption("pdcheck_only") or ()), "runner": "pytest"}},
+        )
+
+
+def finish_session(config) -> None:
+    """On the controller (or a run without xdist): junit.xml and summary.json for the folder."""
+    if hasattr(config, "workerinput"):
+        return
+    root = results_dir(config)
+    run = read_json(root / "run.json")
+    if run is None:
+        return
+    from pdcheck.sweep.junit import render_junit
+
+    store = RunStore(root, Provenance.from_stamp(run))
+    results = load_run(root)
+    store.write_junit(render_junit(results))
+    store.finish(summarize(results))
