@@ -18,6 +18,8 @@ __all__ = ["DivergentQuestion", "LogTail", "diverging_questions", "log_tails", "
 
 # Which server logs matter most when a PD cell fails: the decoder loads the KV.
 _LOG_ORDER = ("decode", "prefill", "proxy", "baseline")
+# vLLM logs its whole config on one line of several thousand characters; a tail shows the start.
+_LOG_LINE_CHARS = 240
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,13 @@ def log_tails(run: RunResults, cell: CellResult, *, lines: int = 12, max_files: 
     tails = []
     for path in sorted(files, key=rank)[:max_files]:
         with open(path, encoding="utf-8", errors="replace") as f:
-            tail = tuple(line.rstrip("\n") for line in deque(f, maxlen=lines))
+            tail = tuple(_clip(line.rstrip("\n")) for line in deque(f, maxlen=lines))
         tails.append(LogTail(str(path.relative_to(run.info.root)), tail))
     return tails
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= _LOG_LINE_CHARS else line[: _LOG_LINE_CHARS - 1] + "…"
 
 
 def rerun_command(run: RunResults, cell: CellResult) -> str:

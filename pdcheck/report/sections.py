@@ -6,6 +6,7 @@ how to draw itself at full detail or in its compact form.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -28,8 +29,16 @@ _OVERALL = {0: "PASS", 1: "FAIL", 2: "INFRA-ERROR"}
 
 
 def cell_text(text: str) -> str:
-    """Text safe inside a markdown table cell: no pipes, no line breaks."""
-    return text.replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+    """Text safe inside a markdown table cell or HTML summary: no pipes, no raw HTML, no line breaks."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    return text.replace("\r", "").replace("\n", "<br>")
+
+
+def fenced(lines: Sequence[str], info: str = "text") -> list[str]:
+    """A code block whose fence is longer than any backtick run inside it, so the text cannot close it."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, *lines, fence]
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -193,9 +202,8 @@ def failure_details(row: ResultRow, *, questions: Sequence[DivergentQuestion], t
     else:
         parts += ["No diverging question was recorded for this result.", ""]
     for tail in tails:
-        parts += [f"Log [`{tail.path}`]({tail.path}), last {len(tail.lines)} lines:", "", "```text",
-                  *tail.lines, "```", ""]
-    parts += ["Rerun this cell:", "", "```sh", rerun, "```", "", "</details>"]
+        parts += [f"Log [`{tail.path}`]({tail.path}), last {len(tail.lines)} lines:", "", *fenced(tail.lines), ""]
+    parts += ["Rerun this cell:", "", *fenced([rerun], "sh"), "", "</details>"]
     return "\n".join(parts)
 
 

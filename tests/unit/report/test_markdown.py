@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from pdcheck.report import REPORT_MARKER, render_markdown
-from pdcheck.report.sections import RESULT_COLUMNS
+from pdcheck.report.sections import RESULT_COLUMNS, cell_text
 from pdcheck.sweep.store import RunStore, Provenance, load_run
 
 from .conftest import SWEEP_FILE, CellPlan
@@ -47,7 +47,7 @@ def test_results_table_has_every_column_and_one_row_per_cell_and_concurrency(mak
     assert len(canary_rows) == 4 and all("inject" in row[0] for row in canary_rows)
     regressed = next(row for row in body if "inject-zero" in row[0] and row[1] == "8")
     assert "REGRESSION" in regressed[-1] and "canary flagged" in regressed[-1]
-    assert regressed[4].startswith("-30.0 [") and regressed[5] == "<0.001" and regressed[8] == "8,000"
+    assert regressed[4].startswith("-30.0 [") and regressed[5] == "&lt;0.001" and regressed[8] == "8,000"
 
 
 def test_mermaid_charts_are_well_formed_with_a_line_per_arm(make_run):
@@ -105,3 +105,17 @@ def test_a_reused_baseline_is_marked(make_run):
     _, body = tables(render_markdown(load_run(root)))[0]
     marks = {row[0].split("`")[1]: "(baseline reused)" in row[2] for row in body}
     assert marks == {source.name: False, target.name: True}
+
+
+def test_model_and_log_text_cannot_break_the_markup(make_run):
+    """A log line with a code fence stays inside its block; HTML and pipes in text are escaped."""
+    root = make_run([CellPlan("fixes-on", drops={8: 60})])
+    run = load_run(root)
+    log = root / "cells" / run.cells[0].dirname / "logs" / "decode-0.log"
+    log.write_text("before\n```\n<details> | x\n" + "y" * 5000 + "\n")
+    text = render_markdown(load_run(root))
+    logs = fences(text, "text")
+    assert logs[0].splitlines()[:3] == ["before", "```", "<details> | x"]
+    assert len(logs[0].splitlines()[3]) <= 240  # a huge line is clipped
+    assert text.count("</details>") == 1
+    assert cell_text("a|b <b>c</b>\nd") == "a\\|b &lt;b&gt;c&lt;/b&gt;<br>d"
