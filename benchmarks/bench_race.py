@@ -22,10 +22,9 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     t0 = time.perf_counter()
-    from pdcheck._vllm import scheduler as adapter
+    from pdcheck.race.run import prepare_vllm
 
-    adapter.check_internals()
-    adapter.quiet_vllm_logs()
+    prepare_vllm()
     import_s = time.perf_counter() - t0
 
     from pdcheck.race.run import run_seed

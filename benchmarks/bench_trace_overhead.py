@@ -24,9 +24,9 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from pdcheck._vllm import scheduler as adapter
+    from pdcheck.race.run import prepare_vllm
 
-    adapter.check_internals()
-    adapter.quiet_vllm_logs()
+    prepare_vllm()
     from pdcheck.race.run import run_seed
     from pdcheck.race.workload import get_variant
     from pdcheck.vllm_plugin.trace_recorder import recording

@@ -20,7 +20,6 @@ import importlib
 import inspect
 import json
 import logging
-import math
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any

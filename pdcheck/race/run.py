@@ -141,6 +141,14 @@ class RaceSummary:
         )
 
 
+def prepare_vllm() -> None:
+    """Import vLLM, check every internal the harness needs (VllmIncompatible lists what is missing), quiet its logs."""
+    from pdcheck._vllm import scheduler as adapter
+
+    adapter.check_internals()
+    adapter.quiet_vllm_logs()
+
+
 def run_seed(workload: Workload, seed: int, *, replay_options: str = "") -> SeedResult:
     """One deterministic run: a fresh scheduler (built under whatever patches are active) and one RaceSim."""
     from pdcheck._vllm.scheduler import SimScheduler
@@ -204,8 +212,7 @@ def run_race(
     try:
         from pdcheck._vllm import scheduler as adapter
 
-        adapter.check_internals()
-        adapter.quiet_vllm_logs()
+        prepare_vllm()
         if mutation is not None and mutation not in adapter.MUTATIONS:
             raise HarnessError(f"unknown mutation {mutation!r}; allowed: {', '.join(adapter.MUTATIONS)}")
         results = []
@@ -231,6 +238,7 @@ def run_race(
                     if on_seed is not None:
                         on_seed(result)
                 results.append(summarize_variant(workload.name, per_seed))
+                logger.info("race variant %s: %d/%d seeds with findings", workload.name, results[-1].seeds_with_findings, seeds)
         absent = tuple(f for f, present in adapter.fixes_present().items() if not present)
         return RaceSummary(
             vllm_version=adapter.vllm_version(),

@@ -16,7 +16,7 @@ def adapter():
     """The vLLM adapter after its start-up check (import vLLM once; fail, never skip, when incompatible)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from pdcheck._vllm import scheduler
+    from pdcheck.race.run import prepare_vllm
 
-    scheduler.check_internals()
-    scheduler.quiet_vllm_logs()
+    prepare_vllm()
     return scheduler
