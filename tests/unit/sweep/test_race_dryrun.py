@@ -1,0 +1,91 @@
+"""The race harness as a sweep subprocess, --dry-run output, empty shards and the default sweep file."""
+
+from __future__ import annotations
+
+import json
+import stat
+import textwrap
+
+import pytest
+
+from pdcheck.cli import main
+from pdcheck.config.schema import RaceSettings
+from pdcheck.sweep.race import race_argv, run_race_subprocess
+from pdcheck.sweep.run import default_sweep_file
+
+
+def _fake_python(tmp_path, *, code: int, result: dict | None):
+    """A stand-in interpreter: writes `result` to the --json path and exits with `code`."""
+    script = tmp_path / "python"
+    script.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        while [ "$1" != "--json" ]; do shift; done
+        {"echo '" + json.dumps(result) + "' > $2" if result is not None else "echo 'vllm: not importable' >&2"}
+        exit {code}
+        """))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def test_race_argv_passes_the_sweep_race_settings():
+    """The subprocess gets seeds, requests, every variant and a --json path."""
+    argv = race_argv(RaceSettings(seeds=3, requests=50, variants=("hybrid",)), python="py", json_path="/x.json")
+    assert argv == ["py", "-m", "pdcheck", "race", "--seeds", "3", "--requests", "50", "--variant", "hybrid",
+                    "--json", "/x.json"]
+
+
+@pytest.mark.parametrize(("code", "status"), [(0, "pass"), (1, "fail"), (2, "infra")])
+def test_race_exit_code_is_the_status_and_json_is_kept(tmp_path, code, status):
+    """0 clean → pass, 1 findings → fail (with the variants that found something), 2 → infra with the log tail."""
+    result = {"variants": [{"variant": "hybrid", "seeds": 4, "seeds_with_findings": 2}]} if code < 2 else None
+    summary = run_race_subprocess(RaceSettings(), python=_fake_python(tmp_path, code=code, result=result),
+                                  out_dir=tmp_path)
+    assert summary["status"] == status and summary["exit_code"] == code
+    if code == 1:
+        assert "hybrid: 2/4 seeds" in summary["reason"]
+    if code == 2:
+        assert "not importable" in summary["reason"] and summary["result"] is None
+
+
+def test_race_findings_fail_the_sweep_through_the_summary(tmp_path):
+    """A race summary with status fail makes the sweep exit 1 and adds a junit failure."""
+    from pdcheck.sweep import load_run
+    from pdcheck.sweep.junit import render_junit
+    from pdcheck.sweep.store import Provenance, RunStore
+    from pdcheck.sweep.summary import summarize
+
+    store = RunStore.create(tmp_path / "r", provenance=Provenance(), sweep={"name": "s"}, environment={})
+    store.write_race_summary({"status": "fail", "reason": "findings in hybrid", "result": None})
+    run = load_run(store.root)
+    assert summarize(run)["exit_code"] == 1
+    assert 'type="RACE"' in render_junit(run)
+
+
+def test_dry_run_prints_every_server_and_starts_nothing(sweep_file, tmp_path, capsys):
+    """--dry-run lists each cell with the exact argv and env of its servers, writes no folder, exits 0."""
+    out = tmp_path / "never"
+    assert main(["sweep", str(sweep_file), "--dry-run", "--no-check-argv", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "fake-p1x1-d1x1-async-inject-zero" in text and "canary=True" in text
+    assert "PDCHECK_INJECT=zero-loaded-kv:0.5" in text, "the decoder's env must show the injection"
+    assert text.count("serve /nonexistent/fake-model") == 6  # 2 cells × (prefill, decode, baseline)
+    assert "pdcheck proxy --prefill" in text
+    assert not out.exists()
+
+
+def test_an_empty_shard_is_a_clean_empty_run(sweep_file, tmp_path):
+    """With more shards than cells some shard is empty: it finishes with no cells and exit 0, and merges."""
+    from pdcheck.config import expand_cells, load_sweep
+    from pdcheck.sweep.run import shard_cells
+
+    cells = expand_cells(load_sweep(sweep_file))
+    empty = next(i for i in range(1, 9) if not shard_cells(cells, (i, 8)))
+    assert main(["sweep", str(sweep_file), "--shard", f"{empty}/8", "--out", str(tmp_path / "r")]) == 0
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["cells"] == [] and summary["exit_code"] == 0
+
+
+def test_default_sweep_is_gpu_with_gpus_else_cpu_smoke():
+    """No FILE: default-gpu when GPUs exist, cpu-smoke otherwise."""
+    assert default_sweep_file(has_gpus=True) == "default-gpu"
+    assert default_sweep_file(has_gpus=False) == "cpu-smoke"
