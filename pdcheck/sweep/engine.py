@@ -242,7 +242,8 @@ class Engine:
             with self._lock:
                 self.progress.verdicts[outcome.verdict] += 1
             self.progress.emit("verdict", f"{cell.name} c{c}: {outcome.verdict} ({outcome.reason})")
-            if self.options.early_stop and outcome.verdict in ("REGRESSION", "SUSPECT"):
+            early_stop = self.options.early_stop or cell.analysis.early_stop
+            if early_stop and outcome.verdict in ("REGRESSION", "SUSPECT"):
                 for later in cell.concurrency:
                     if later > c:
                         self._stopped.setdefault((cell.id, later), f"early stop: c{c} was {outcome.verdict}")
