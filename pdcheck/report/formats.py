@@ -21,7 +21,7 @@ REPORT_JSON_SCHEMA_VERSION = 1
 
 
 def report_dict(run: RunResults, *, against: RunResults | None = None) -> dict[str, Any]:
-    """Every result row with its numbers, the counts and exit code, the environment and the race."""
+    """Every result row with its numbers, the counts and exit code, the environment, attribution and the race."""
     summary = summarize(run)
     rows = build_rows(run)
     data: dict[str, Any] = {
@@ -32,6 +32,7 @@ def report_dict(run: RunResults, *, against: RunResults | None = None) -> dict[s
         "counts": summary["counts"],
         "environment": run.info.environment,
         "results": [row.to_dict() for row in rows],
+        "attribution": summary["attribution"],
         "race": run.race,
     }
     if against is not None:

@@ -14,10 +14,14 @@ from pdcheck.report.details import DivergentQuestion, LogTail
 from pdcheck.report.rows import ResultRow
 
 __all__ = [
+    "COMPACT_COLUMNS",
+    "RESULT_COLUMNS",
     "STATUS_MARK",
+    "cell_text",
     "environment_section",
     "failure_details",
     "failure_line",
+    "fenced",
     "methodology_section",
     "overall_line",
     "results_table",
