@@ -82,6 +82,8 @@ class RaceSim:
         self._known_blocks: dict[str, set[int]] = collections.defaultdict(set)
         self._owners: dict[int, list[str]] | None = None
         self._incarnations: dict[str, int] = {}
+        self._preempted_at: dict[str, int] = {}  # request -> dispatch index of its last preemption
+        self._poison_kind: dict[str, Kind] = {}  # request -> the finding that poisoned its Mamba state
 
     # ---- driver ---------------------------------------------------------------------------
     def run(self) -> list[Finding]:
@@ -299,18 +301,25 @@ class RaceSim:
             if live:
                 self.own_blocks[rid].add(block)
 
+    def _stale_self_write(self, rid: str, wstep: int) -> bool:
+        """A write by the request's own step from before its last preemption: block reuse, not a connector bug."""
+        return wstep < self._preempted_at.get(rid, 0)
+
     def _state_mismatch(self, rid: str, block: int, c: int, step: int) -> None:
         actual = self.memory.states[block]
         kind_w, writer, wstep = self.memory.state_writers[block]
-        propagated = actual == POISON and writer != rid
-        if writer == rid and kind_w in ("state", "load"):
-            kind = Kind.CORRUPTION_MAMBA_WRONG_OWN_STATE
-        elif kind_w == "state":
-            kind = Kind.CORRUPTION_MAMBA_STALE_WRITE
+        if actual == POISON:
+            origin = self._poison_kind.get(writer)
+            if writer == rid or origin is None:
+                return  # damage already reported for the request that computed this state
+            kind, propagated = origin, True
+        elif writer == rid and kind_w in ("state", "load") and not self._stale_self_write(rid, wstep):
+            kind, propagated = Kind.CORRUPTION_MAMBA_WRONG_OWN_STATE, False
         elif kind_w in ("kv", "zero"):
-            kind = Kind.CORRUPTION_MAMBA_CLOBBERED_BY_STALE_KV_WRITE
+            kind, propagated = Kind.CORRUPTION_MAMBA_CLOBBERED_BY_STALE_KV_WRITE, False
         else:
-            kind = Kind.CORRUPTION_MAMBA_STALE_WRITE
+            kind, propagated = Kind.CORRUPTION_MAMBA_STALE_WRITE, False
+        self._poison_kind.setdefault(rid, kind)
         detail = f"{rid} read state at token {c} from block {block}: last written by {kind_w} of {writer or '-'} at step {wstep}"
         self._report(kind, step, (block,), rid, writer or kind_w, detail, propagated=propagated, since=wstep)
 
@@ -353,7 +362,7 @@ class RaceSim:
             kind = Kind.CORRUPTION_ZEROED_AFTER_LOAD  # zeroing landed after the content it should precede
         elif actual == GARBLE and kind_w == "state" and writer != rid:
             kind = Kind.CORRUPTION_STALE_MAMBA_WRITE
-        elif kind_w == "kv" and writer != rid:
+        elif kind_w == "kv" and (writer != rid or self._stale_self_write(rid, wstep)):
             kind = Kind.CORRUPTION_STALE_KV_WRITE
         else:
             kind = Kind.CORRUPTION_KV_MISMATCH
@@ -386,6 +395,7 @@ class RaceSim:
             self.timelines[block].append(f"step {self.dispatched}: {rid} {why}")
         self.own_blocks.pop(rid, None)
         if why == "preempted":
+            self._preempted_at[rid] = self.dispatched
             self._log(f"sim.preempt({rid!r})", {rid})
 
     def _finished(self, rid: str, reason: str) -> None:
