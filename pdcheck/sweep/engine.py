@@ -23,7 +23,9 @@ from typing import Any
 
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.errors import ExitCode
+from pdcheck.evals.records import read_records
 from pdcheck.sweep.backends import Backend, PdEndpoints
+from pdcheck.sweep.early_stop import EarlyStopped, UnitStopper, stopped_summary
 from pdcheck.sweep.events import EventSink, Progress
 from pdcheck.sweep.junit import render_junit
 from pdcheck.sweep.judging import judge_level, level_ready, skip_level
@@ -162,6 +164,8 @@ class Engine:
                     with self.backend.pd(cell, gpus=placement.gpus, cell_dir=cs.dir) as endpoints:
                         self._count_start()
                         for unit in self._pending(job):
+                            if (unit.cell_id, unit.concurrency) in self._stopped:
+                                continue  # an earlier level of this cell was flagged (early stop)
                             self._run_unit(cell, cs, unit, endpoints.url, endpoints)
                             self._judge_cell(cell, only=unit.concurrency)
             except Exception as exc:  # noqa: BLE001 - recorded in failure.json; the sweep goes on
@@ -206,25 +210,44 @@ class Engine:
 
         self._set(cell, f"eval {unit.side} c{unit.concurrency} r{unit.repeat}")
         before = _scrape(endpoints) if endpoints is not None else None
+        stopper = self._stopper(cell, cs, unit)
+        records_path = cs.records_path(unit.side, unit.concurrency, unit.repeat)
+        model = resolve_model_path(cell.model.path)
 
-        def on_record(_record) -> None:
+        def on_record(record) -> None:
             with self._lock:
                 self.progress.questions_done += 1
             self.progress.emit("record")
+            if stopper is not None:
+                stopper.feed(record)
 
-        summary = run_eval(
-            url, self._task(cell), settings=cell.eval, concurrency=unit.concurrency,
-            out_path=cs.records_path(unit.side, unit.concurrency, unit.repeat),
-            model=resolve_model_path(cell.model.path), run_tag=unit.run_tag, on_record=on_record,
-        )
+        try:
+            summary = run_eval(
+                url, self._task(cell), settings=cell.eval, concurrency=unit.concurrency, out_path=records_path,
+                model=model, run_tag=unit.run_tag, on_record=on_record,
+            ).to_dict()
+        except EarlyStopped as stopped:
+            summary = stopped_summary(records_path, stopped, task=self._task(cell), settings=cell.eval,
+                                      concurrency=unit.concurrency, model=model)
+            self.progress.emit("verdict", f"{cell.name} c{unit.concurrency}: early stop ({stopped.stop.reason})")
         if endpoints is not None:
             endpoints.check_alive()
             after = _scrape(endpoints)
             evidence = _kv_delta(before, after, endpoints) | {"injections": _injections(endpoints, unit.run_tag)}
             cs.write_kv(unit.concurrency, unit.repeat, evidence)
-        cs.write_unit_summary(unit.side, unit.concurrency, unit.repeat, summary.to_dict())
-        accuracy = "n/a" if summary.accuracy is None else f"{summary.accuracy:.3f}"
-        self.progress.emit("unit-done", f"{cell.name} {unit.side} c{unit.concurrency}: accuracy {accuracy}")
+        cs.write_unit_summary(unit.side, unit.concurrency, unit.repeat, summary)
+        accuracy = "n/a" if summary["accuracy"] is None else f"{summary['accuracy']:.3f}"
+        self.progress.emit("unit-done", f"{cell.name} {unit.side} c{unit.concurrency} r{unit.repeat}: "
+                                        f"accuracy {accuracy} ({summary['n']} questions)")
+
+    def _stopper(self, cell: Cell, cs: CellStore, unit: Unit) -> UnitStopper | None:
+        """With early stop, a PD unit whose baseline is done is checked as its records arrive."""
+        if unit.side != "pd" or not (self.options.early_stop or cell.analysis.early_stop):
+            return None
+        if not cs.unit_done("baseline", unit.concurrency, 0):
+            return None
+        baseline = read_records(cs.records_path("baseline", unit.concurrency, 0))
+        return UnitStopper(baseline, alpha=cell.analysis.alpha, margin_pts=cell.analysis.margin_pts)
 
     # -- judging --------------------------------------------------------------------------
 

@@ -37,8 +37,11 @@ def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
                if first.failure else f"{first.side} c{concurrency} did not finish")
         return _record(cell, cs, concurrency, comparison=None,
                        verdict={"verdict": INFRA_ERROR, "reason": why})
-    baseline = {u.repeat: u.records() for u in units if u.side == "baseline"}
     pd = {u.repeat: u.records() for u in units if u.side == "pd"}
+    asked = {r.index for r in pd[0]}
+    # An early-stopped PD unit answered fewer questions: pair the baseline over those only.
+    baseline = {u.repeat: [r for r in u.records() if r.index in asked] for u in units if u.side == "baseline"}
+    stop = next((u.summary.get("early_stop") for u in units if u.side == "pd" and u.summary.get("early_stop")), None)
     policy = cell.analysis
     comparison = compare_paired(
         baseline[0], pd[0], alpha=policy.alpha, tie_epsilon_nats=policy.tie_epsilon_nats,
@@ -47,13 +50,15 @@ def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
         pd_repeats=tuple(pd[r] for r in sorted(pd) if r != 0),
         expected_accuracy=cell.model.expected_accuracy, expected_rtol=cell.model.expected_rtol,
     )
-    verdict = decide(comparison, policy=policy, kv_transferred_tokens=kv_tokens(result.kv, concurrency))
+    verdict = decide(comparison, policy=policy, kv_transferred_tokens=kv_tokens(result.kv, concurrency)).to_dict()
+    if stop is not None and verdict["verdict"] != INFRA_ERROR:
+        # The sequential test's call is valid at any stopping time; the fixed-n power rule is not.
+        verdict |= {"verdict": stop["verdict"], "reason": f"early stop: {stop['reason']}"}
     injection = None
     if cell.arm.inject is not None:
         injection = _injection_precision(comparison, result.kv.get((concurrency, 0), {}),
                                          run_tag=Unit(cell.id, "pd", concurrency, 0).run_tag)
-    return _record(cell, cs, concurrency, comparison=comparison.to_dict(), verdict=verdict.to_dict(),
-                   injection=injection)
+    return _record(cell, cs, concurrency, comparison=comparison.to_dict(), verdict=verdict, injection=injection)
 
 
 def _injection_precision(comparison, evidence: dict[str, Any], *, run_tag: str) -> dict[str, Any] | None:

@@ -82,3 +82,15 @@ def test_resume_of_a_finished_run_sends_no_request(sweep_file, servers, tmp_path
     asked = len(base.requests) + len(good.requests)
     assert main(["sweep", "--resume", str(tmp_path / "r"), "--baseline-url", base.url, "--pd-url", good.url]) == 0
     assert len(base.requests) + len(good.requests) == asked
+
+
+def test_early_stop_ends_a_collapsing_unit_and_skips_higher_levels(sweep_file, servers, tmp_path):
+    """--early-stop: a PD that is always wrong stops before the last question, is REGRESSION, and c4 is not run."""
+    base, _, bad = servers
+    assert _sweep(sweep_file, tmp_path / "r", CLEAN, bad.url, base.url, "--early-stop") == 1
+    cell = load_run(tmp_path / "r").cells[0]
+    pd_c1 = cell.unit("pd", 1, 0)
+    assert 0 < len(pd_c1.records()) < 16 and pd_c1.summary["early_stop"]["verdict"] == "REGRESSION"
+    assert cell.verdicts[1].name == "REGRESSION" and cell.verdicts[1].reason.startswith("early stop: mixture SPRT")
+    assert cell.unit("pd", 4, 0) is None, "a level after a flagged one is not run"
+    assert cell.verdicts[4].name == "REGRESSION" and "c1 was REGRESSION" in cell.verdicts[4].reason
