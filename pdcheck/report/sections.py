@@ -180,14 +180,16 @@ def results_table(rows: Sequence[ResultRow], *, before: dict[tuple[str, int], st
 
 def _snippet(text: str, limit: int = 240) -> str:
     text = text.strip()
+    if not text:
+        return "(empty)"
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _divergence_table(question: DivergentQuestion) -> str:
-    where = "–" if question.token_position is None else f"token {question.token_position}"
     margin = "unknown" if question.margin_nats is None else f"{question.margin_nats:.2f} nats"
-    header = f"Question {question.index}: first divergence at {where} " \
-             f"(`{question.baseline_token!r}` vs `{question.pd_token!r}`), baseline top-2 margin {margin}"
+    header = (f"Question {question.index}: first divergence at token {question.token_position} "
+              f"(`{question.baseline_token!r}` vs `{question.pd_token!r}`), baseline top-2 margin {margin}, "
+              f"{question.grade}")
     rows = [[
         ("✓ " if question.baseline_correct else "✗ ") + _snippet(question.baseline_text),
         ("✓ " if question.pd_correct else "✗ ") + _snippet(question.pd_text),
