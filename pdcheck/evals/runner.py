@@ -41,32 +41,16 @@ def request_id(run_tag: str, index: int) -> str:
     return f"{run_tag}-q{index:05d}"
 
 
-def run_eval(
-    url: str,
-    task: TaskData,
-    *,
-    settings: EvalSettings,
-    concurrency: int,
-    out_path: str | Path,
-    model: str | None = None,
-    run_tag: str = "eval",
-    on_record: OnRecord | None = None,
-    **options: Any,
-) -> EvalSummary:
-    """Run the eval with the engine `settings.engine` names; see `arun_eval` for the options."""
+def run_eval(url: str, task: TaskData, *, settings: EvalSettings, **options: Any) -> EvalSummary:
+    """Run the eval with the engine `settings.engine` names; the options are `arun_eval`'s.
+
+    (`concurrency`, `out_path`, `model`, `run_tag`, `on_record`; the lm-eval engine takes only these.)
+    """
     if settings.engine == "lm-eval":
         from pdcheck.evals.lmeval_engine import run_lmeval
 
-        return run_lmeval(
-            url, task, settings=settings, concurrency=concurrency, out_path=out_path, model=model, run_tag=run_tag,
-            on_record=on_record,
-        )
-    return asyncio.run(
-        arun_eval(
-            url, task, settings=settings, concurrency=concurrency, out_path=out_path, model=model, run_tag=run_tag,
-            on_record=on_record, **options,
-        )
-    )
+        return run_lmeval(url, task, settings=settings, **options)
+    return asyncio.run(arun_eval(url, task, settings=settings, **options))
 
 
 async def arun_eval(
