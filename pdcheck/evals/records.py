@@ -1,7 +1,8 @@
 """Per-question records: what every eval engine writes and what the analysis reads.
 
 Records are appended to a JSONL file as they arrive, one line per finished question, each
-line written whole and flushed, so an interrupted run keeps every finished question.
+line handed to the kernel whole in one write (`RecordWriter`), so an interrupted or killed run
+keeps every finished question; a torn last line (power loss, full disk) is skipped on reading.
 """
 
 from __future__ import annotations

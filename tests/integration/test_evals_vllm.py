@@ -7,7 +7,9 @@ token ids and top-2 logprobs, and greedy answers do not depend on the concurrenc
 
 from __future__ import annotations
 
+import json
 import sys
+import urllib.request
 
 import pytest
 
@@ -40,6 +42,10 @@ def vllm_url(tmp_path_factory):
                            env={"HF_HUB_OFFLINE": "1", "VLLM_PORT": str(ports.vllm_port)})
     with server:
         server.wait_ready(READY_TIMEOUT_S)
+        server.check_alive()  # /health could have come from another process that holds the port
+        with urllib.request.urlopen(f"{server.url}/v1/models", timeout=10) as resp:
+            served = json.load(resp)["data"][0]["id"]
+        assert served == str(model), f"port {ports.http} answers for {served!r}, not our server"
         yield server.url
 
 
