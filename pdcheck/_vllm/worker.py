@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from pdcheck._vllm.scheduler import vllm_version
 from pdcheck.errors import VllmIncompatible
 
 __all__ = [
@@ -38,10 +39,8 @@ __all__ = [
     "LoadedGroup",
     "LoadedRequest",
     "check_worker_names",
-    "fixes_present",
     "install_receive_hook",
     "missing_nixl_names",
-    "vllm_version",
     "wrap_nixl_agent",
 ]
 
@@ -76,23 +75,6 @@ class LoadedRequest:
     request_id: str
     tp_rank: int
     groups: tuple[LoadedGroup, ...]
-
-
-def vllm_version() -> str:
-    import vllm
-
-    return str(getattr(vllm, "__version__", "unknown"))
-
-
-def fixes_present() -> dict[str, bool]:
-    """Which race fixes this vLLM has, for the activation marker (a vLLM before a fix lacks its names)."""
-    from vllm.v1.core.kv_cache_manager import KVCacheManager
-    from vllm.v1.core.sched.scheduler import Scheduler
-
-    return {
-        "block-reuse": hasattr(Scheduler, "_drain_deferred_frees"),
-        "zeroing": "skip_zeroing_group_ids" in inspect.signature(KVCacheManager.allocate_slots).parameters,
-    }
 
 
 def check_worker_names() -> None:

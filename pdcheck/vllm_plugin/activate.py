@@ -22,14 +22,14 @@ logger = logging.getLogger(__name__)
 
 def activate(environ: Mapping[str, str]) -> list[str]:
     """Apply every switch `environ` asks for; return them as the marker lists them."""
-    from pdcheck._vllm import worker
+    from pdcheck._vllm import scheduler
 
     settings = parse_settings(environ)
     applied: list[str] = []
     if settings.nixl_pthr_delay_us is not None:
         from pdcheck.vllm_plugin.nixl_delay import install_nixl_delay
 
-        install_nixl_delay(settings.nixl_pthr_delay_us, describe_version=lambda: _versions(worker.vllm_version()))
+        install_nixl_delay(settings.nixl_pthr_delay_us, describe_version=lambda: _versions(scheduler.vllm_version()))
         applied.append(f"nixl-pthr-delay-us={settings.nixl_pthr_delay_us}")
     if settings.disable_fixes is not None:
         from pdcheck.vllm_plugin import switches
@@ -48,9 +48,9 @@ def activate(environ: Mapping[str, str]) -> list[str]:
 
         path = write_activation_marker(
             settings.plugin_dir,
-            vllm_version=worker.vllm_version(),
+            vllm_version=scheduler.vllm_version(),
             switches=applied,
-            fixes_present=worker.fixes_present(),
+            fixes_present=scheduler.fixes_present(),
         )
         logger.info("pdcheck plugin active (%s); marker %s", ", ".join(applied) or "marker only", path)
     return applied

@@ -50,3 +50,12 @@ def test_selection_is_nested_in_the_fraction_and_depends_on_the_seed():
     other = {i for i in ids if is_selected(i, fraction=0.2, seed=2)}
     assert small < large
     assert small != other
+
+
+def test_every_run_of_a_question_gets_the_same_decision():
+    """`pd-c1-r0-q00042` and `pd-c8-r2-q00042` are one question: injected in both runs or in neither."""
+    for q in range(500):
+        decisions = {is_selected(f"{tag}-q{q:05d}", fraction=0.5, seed=9) for tag in ("pd-c1-r0", "pd-c8-r2", "x")}
+        assert len(decisions) == 1
+    other = [f"req-{i}" for i in range(500)]  # ids without a question suffix are hashed whole
+    assert len({is_selected(i, fraction=0.5, seed=9) for i in other}) == 2
