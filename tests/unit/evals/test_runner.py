@@ -151,3 +151,22 @@ def test_bad_concurrency_is_a_config_error(tmp_path):
     """Concurrency below 1 is refused before anything is sent."""
     with pytest.raises(ConfigError, match="concurrency"):
         run_eval("http://127.0.0.1:9", make_task(), settings=EvalSettings(), concurrency=0, out_path=tmp_path / "r")
+
+
+def test_chat_style_posts_messages_to_chat_completions(tmp_path):
+    """chat style: /v1/chat/completions with one user message, scored from message.content like vllm style."""
+
+    def chat(body):
+        question = body["messages"][0]["content"].rsplit("Question: What is ", 1)[1]
+        i = int(question.split(" ", 1)[0])
+        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": f"It is {2 * i}."},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 9, "completion_tokens": 4}}
+
+    with FakeOpenAIServer(chat) as server:
+        summary = run_eval(server.url, make_task(n_test=4), settings=EvalSettings(shots=1, style="chat"), concurrency=2,
+                           out_path=tmp_path / "r.jsonl", model="m", chat_template_kwargs={"enable_thinking": False},
+                           stop=False)
+        bodies = [b for b in server.requests if b["max_tokens"] != 1]
+    assert summary.accuracy == 1.0 and summary.error_rate == 0.0
+    assert all(b["chat_template_kwargs"] == {"enable_thinking": False} and "stop" not in b for b in bodies)
