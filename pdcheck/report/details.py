@@ -5,12 +5,15 @@ All of it is read from the cell's folder in the store; nothing is recomputed fro
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdcheck.analysis.agreement import first_divergence
+from pdcheck.analysis.agreement import CORRUPTION, TIE, UNCLASSIFIED
+from pdcheck.analysis.paired import PairedComparison
 from pdcheck.evals.records import QuestionRecord
 from pdcheck.sweep.store import CellResult, RunResults
 
@@ -18,6 +21,9 @@ __all__ = ["DivergentQuestion", "LogTail", "diverging_questions", "log_tails", "
 
 # Which server logs matter most when a PD cell fails: the decoder loads the KV.
 _LOG_ORDER = ("decode", "prefill", "proxy", "baseline")
+# Confident flips are the strongest evidence of corruption; near-tie flips the weakest.
+_GRADE_ORDER = {CORRUPTION: 0, UNCLASSIFIED: 1, TIE: 2}
+_INDEX_PREFIX = re.compile(r'\{"index":\s*(\d+)\s*,')
 # vLLM logs its whole config on one line of several thousand characters; a tail shows the start.
 _LOG_LINE_CHARS = 240
 
@@ -44,44 +50,67 @@ class LogTail:
     lines: tuple[str, ...]
 
 
-def _divergence(baseline: QuestionRecord, pd: QuestionRecord, *, tie_epsilon_nats: float) -> DivergentQuestion | None:
-    found = first_divergence(baseline, pd, tie_epsilon_nats=tie_epsilon_nats)
-    if found is None:
+def _read_questions(path: Path, wanted: set[int]) -> dict[int, QuestionRecord]:
+    """Only the wanted questions of a records file: a GSM8K file with logprobs is tens of MB.
+
+    Each line starts with its index (`QuestionRecord.to_json` writes fields in order), so other
+    lines are skipped unparsed; a torn last line is ignored as `read_records` does.
+    """
+    found: dict[int, QuestionRecord] = {}
+    if not path.is_file():
+        return found
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break
+            m = _INDEX_PREFIX.match(line)
+            if m is not None and int(m.group(1)) not in wanted:
+                continue
+            record = QuestionRecord.from_dict(json.loads(line))
+            if record.index in wanted:
+                found[record.index] = record
+    return found
+
+
+def _token(record: QuestionRecord, position: int) -> str | None:
+    if record.logprobs is None or position >= len(record.logprobs):
         return None
-
-    def token_at(record: QuestionRecord) -> str | None:
-        if record.logprobs is None or found.position >= len(record.logprobs):
-            return None
-        return record.logprobs[found.position].token
-
-    return DivergentQuestion(
-        index=baseline.index,
-        baseline_text=baseline.completion or "",
-        pd_text=pd.completion or "",
-        baseline_correct=baseline.correct,
-        pd_correct=pd.correct,
-        token_position=found.position,
-        baseline_token=token_at(baseline),
-        pd_token=token_at(pd),
-        margin_nats=found.margin_nats,
-        grade=found.grade,
-    )
+    return record.logprobs[position].token
 
 
-def diverging_questions(cell: CellResult, concurrency: int, *, tie_epsilon_nats: float,
+def diverging_questions(cell: CellResult, concurrency: int, *, candidates: int = 20,
                         limit: int = 3) -> list[DivergentQuestion]:
-    """The first `limit` diverging questions of repeat 0: those PD got wrong and the baseline right first."""
+    """Up to `limit` diverging questions of repeat 0, from the divergences the analysis stored.
+
+    The first `candidates` divergences (corruption-grade first, then by index) are read; of
+    those, questions the baseline got right and PD wrong come first.
+    """
+    entry = cell.verdicts.get(concurrency)
     baseline_unit, pd_unit = cell.unit("baseline", concurrency, 0), cell.unit("pd", concurrency, 0)
-    if baseline_unit is None or pd_unit is None:
+    if entry is None or not entry.comparison or baseline_unit is None or pd_unit is None:
         return []
-    baseline = {r.index: r for r in baseline_unit.records() if r.ok}
-    found = []
-    for record in pd_unit.records():
-        if record.ok and record.index in baseline:
-            divergence = _divergence(baseline[record.index], record, tie_epsilon_nats=tie_epsilon_nats)
-            if divergence is not None:
-                found.append(divergence)
-    found.sort(key=lambda d: (not (d.baseline_correct and not d.pd_correct), d.index))
+    divergences = PairedComparison.from_dict(entry.comparison).agreement.divergences
+    ranked = sorted(divergences, key=lambda d: (_GRADE_ORDER.get(d.grade, len(_GRADE_ORDER)), d.index))[:candidates]
+    wanted = {d.index for d in ranked}
+    baseline = _read_questions(baseline_unit.records_path, wanted)
+    pd = _read_questions(pd_unit.records_path, wanted)
+    found = [
+        DivergentQuestion(
+            index=d.index,
+            baseline_text=baseline[d.index].completion or "",
+            pd_text=pd[d.index].completion or "",
+            baseline_correct=baseline[d.index].correct,
+            pd_correct=pd[d.index].correct,
+            token_position=d.position,
+            baseline_token=_token(baseline[d.index], d.position),
+            pd_token=_token(pd[d.index], d.position),
+            margin_nats=d.margin_nats,
+            grade=d.grade,
+        )
+        for d in ranked
+        if d.index in baseline and d.index in pd
+    ]
+    found.sort(key=lambda q: not (q.baseline_correct and not q.pd_correct))  # stable: keeps the ranking
     return found[:limit]
 
 

@@ -57,14 +57,14 @@ class _Detail:
     wide_table: bool = True
 
 
-def _failures(run: RunResults, rows: Sequence[ResultRow], tie_epsilon_nats: float) -> list[_Failure]:
+def _failures(run: RunResults, rows: Sequence[ResultRow]) -> list[_Failure]:
     cells = {c.name: c for c in run.cells}
     out = []
     for row in rows:
         if not row.failing:
             continue
         cell = cells[row.cell]
-        questions = diverging_questions(cell, row.concurrency, tie_epsilon_nats=tie_epsilon_nats)
+        questions = diverging_questions(cell, row.concurrency)
         rerun = rerun_command(run, cell)
         out.append(_Failure(
             full=failure_details(row, questions=questions, tails=log_tails(run, cell), rerun=rerun),
@@ -143,7 +143,7 @@ def render_markdown(run: RunResults, *, against: RunResults | None = None,
     comparison = compare_rows(rows, build_rows(against)) if against is not None else None
     ordered = list(comparison.rows) if comparison else rows
     policy = _policy(run)
-    failures = _failures(run, ordered, policy.get("tie_epsilon_nats", 0.05))
+    failures = _failures(run, ordered)
     charts = [f"### {chart.model}\n\n{chart.to_markdown()}" for chart in accuracy_charts(rows)]
     mde = [r.mde_pts for r in rows if r.mde_pts is not None]
     head = [
