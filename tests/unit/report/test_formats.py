@@ -78,3 +78,13 @@ def test_json_against_lists_the_changed_results_first(make_run):
     data = json.loads(render_json(new, against=old))["against"]
     assert data["order"][0] == {"cell": new.cells[0].name, "concurrency": 8}
     assert data["changed"] == [{"cell": new.cells[0].name, "concurrency": 8}]
+
+
+def test_cli_against_puts_the_changed_result_first(make_run):
+    """`pdcheck report NEW --against OLD` leads the table with the result that changed."""
+    old = make_run([CellPlan("fixes-on"), CellPlan("fixes-on", model="tiny-granite")])
+    new = make_run([CellPlan("fixes-on"), CellPlan("fixes-on", model="tiny-granite", drops={8: 60})])
+    result = CliRunner().invoke(report, [str(new), "--against", str(old)])
+    assert result.exit_code == 1, result.output
+    header, body = tables(result.output)[0]
+    assert header[-1] == "Before" and "tiny-granite" in body[0][0] and body[0][1] == "8"
