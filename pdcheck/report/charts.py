@@ -7,6 +7,7 @@ under the chart instead of being padded with a made-up value.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,13 +30,21 @@ class ModelChart:
             x_title="concurrency",
             x_labels=[str(c) for c in self.concurrencies],
             y_title="accuracy (%)",
-            y_range=(0.0, 100.0),
+            y_range=_y_range(self.lines),
             lines=self.lines,
         )
         legend = "Lines, in order: " + ", ".join(f"{i + 1}. {line.name}" for i, line in enumerate(self.lines)) + "."
         if self.left_out:
             legend += " Not drawn (a concurrency level has no result): " + ", ".join(self.left_out) + "."
         return f"```mermaid\n{body}\n```\n\n{legend}"
+
+
+def _y_range(lines: Sequence[ChartLine]) -> tuple[float, float]:
+    """The data's range widened to whole tens: a 0-100 axis would flatten a 3-point drop."""
+    values = [v for line in lines for v in line.values]
+    low = max(0.0, math.floor(min(values) / 10) * 10)
+    high = min(100.0, math.ceil(max(values) / 10) * 10)
+    return (low, high) if high > low else (max(0.0, low - 10), min(100.0, high + 10))
 
 
 def _labels(cells: Sequence[str], model: str) -> dict[str, str]:
