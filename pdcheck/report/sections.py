@@ -114,7 +114,7 @@ def environment_section(environment: dict[str, Any], *, dataset_sha256: str | No
         if lacking:
             lines.append(
                 f"- note: arm `{arm}` disables {', '.join(lacking)}, which this vLLM lacks: "
-                "that arm runs the same code as the fixes-on arm"
+                "the fixes-on arm already runs without it, so the two arms run the same code"
             )
     return "\n".join(lines)
 
