@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pdcheck import __version__
 from pdcheck.report.details import DivergentQuestion, LogTail
 from pdcheck.report.rows import ResultRow
 
@@ -95,6 +96,13 @@ def _gpus(environment: dict[str, Any]) -> str:
 def environment_section(environment: dict[str, Any], *, dataset_sha256: str | None,
                         arm_fixes: dict[str, tuple[str, ...]]) -> str:
     """What ran: vLLM, hardware, nixl, pdcheck, data, and which race fixes this vLLM has."""
+    if environment.get("attached"):
+        return "\n".join([
+            "- servers: attached by URL (`--baseline-url`/`--pd-url`); pdcheck did not start them, so "
+            "their vLLM version, hardware and race fixes are not known here",
+            f"- pdcheck: {environment.get('pdcheck_version') or __version__}",
+            f"- dataset sha256: `{dataset_sha256 or 'unknown'}`",
+        ])
     vllm = environment.get("vllm") or {}
     fixes: dict[str, bool | None] = vllm.get("fixes") or {}
     fix_text = ", ".join(

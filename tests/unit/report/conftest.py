@@ -82,7 +82,8 @@ def _sides(n: int, drop: int, text_len: int) -> tuple[list[QuestionRecord], list
 
 
 def write_run(root: Path, plans: Sequence[CellPlan], *, n: int = 200, concurrency: Sequence[int] = (1, 8),
-              race: dict | None = None, text_len: int = 5, log_lines: int = 30) -> Path:
+              race: dict | None = None, text_len: int = 5, log_lines: int = 30,
+              environment: dict = ENVIRONMENT) -> Path:
     """Write a finished run folder with one cell per plan; returns `root`."""
     spec = SweepSpec(
         name="cpu-smoke",
@@ -93,7 +94,7 @@ def write_run(root: Path, plans: Sequence[CellPlan], *, n: int = 200, concurrenc
     )
     cells = {(c.model.name, c.arm.name): c for c in expand_cells(spec)}
     store = RunStore.create(root, provenance=Provenance(vllm_version="0.32.0", dataset_sha256="d" * 64),
-                            sweep={"name": "cpu-smoke", "file": SWEEP_FILE}, environment=ENVIRONMENT)
+                            sweep={"name": "cpu-smoke", "file": SWEEP_FILE}, environment=environment)
     for plan in plans:
         cell = cells[(plan.model, plan.arm)]
         cs = store.cell(cell.dirname)

@@ -120,3 +120,10 @@ def test_model_and_log_text_cannot_break_the_markup(make_run):
     assert len(logs[0].splitlines()[3]) <= 240  # a huge line is clipped
     assert text.count("</details>") == 1
     assert cell_text("a|b <b>c</b>\nd") == "a\\|b &lt;b&gt;c&lt;/b&gt;<br>d"
+
+
+def test_attach_mode_says_the_servers_were_given_by_url(make_run):
+    """A run against the user's servers does not pretend to know their vLLM."""
+    text = render_markdown(load_run(make_run([CellPlan("fixes-on")], environment={"attached": True})))
+    env = text.split("## Environment", 1)[1].split("## Results", 1)[0]
+    assert "attached by URL" in env and "vLLM:" not in env
