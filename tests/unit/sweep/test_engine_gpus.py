@@ -1,0 +1,65 @@
+"""The engine on simulated GPUs: jobs of a wave run at once on disjoint GPU sets, never more than exist."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+from pdcheck.config import expand_cells, load_sweep
+from pdcheck.sweep.backends import PdEndpoints
+from pdcheck.sweep.engine import Engine
+from pdcheck.sweep.store import Provenance, RunStore, load_run
+
+
+class RecordingGpuBackend:
+    """Fake servers on a simulated 4-GPU node; records which GPUs each job held and when."""
+
+    def __init__(self, baseline_url, pd_url, gpus=(0, 1, 2, 3)):
+        self.baseline_url, self.pd_url = baseline_url, pd_url
+        self.gpu_indices = tuple(gpus)
+        self.held: list[tuple[str, tuple[int, ...], float, float]] = []
+        self._lock = threading.Lock()
+
+    def provenance(self, cell):
+        return Provenance(vllm_version="sim")
+
+    def describe(self, cell, *, cell_dir):
+        return {}
+
+    @contextlib.contextmanager
+    def _hold(self, label, gpus):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.held.append((label, gpus, start, time.monotonic()))
+
+    @contextlib.contextmanager
+    def baseline(self, cell, *, gpus, cell_dir):
+        with self._hold(f"baseline {cell.name}", gpus):
+            yield self.baseline_url
+
+    @contextlib.contextmanager
+    def pd(self, cell, *, gpus, cell_dir):
+        with self._hold(f"pd {cell.name}", gpus):
+            yield PdEndpoints(self.pd_url)
+
+
+def test_wave_jobs_overlap_only_on_disjoint_gpus(sweep_file, servers, tmp_path):
+    """Concurrent jobs hold disjoint GPU sets of the right size; the sweep still judges every cell."""
+    base, good, bad = servers
+    backend = RecordingGpuBackend(base.url, good.url)
+    cells = expand_cells(load_sweep(sweep_file))
+    store = RunStore.create(tmp_path / "r", provenance=Provenance(), sweep={"name": "fake"}, environment={})
+    result = Engine(cells, store=store, backend=backend).run()
+    assert result.server_starts == 3  # one shared baseline, one PD per arm
+    for label, gpus, *_ in backend.held:
+        assert len(gpus) == (1 if label.startswith("baseline") else 2) and set(gpus) <= {0, 1, 2, 3}
+    overlapping = [(a, b) for i, a in enumerate(backend.held) for b in backend.held[i + 1:]
+                   if a[2] < b[3] and b[2] < a[3]]
+    assert overlapping, "with 4 GPUs the baseline (1) and a PD topology (2) must run at once"
+    for a, b in overlapping:
+        assert set(a[1]).isdisjoint(b[1]), f"{a[0]} and {b[0]} shared a GPU"
+    assert all(len(c.verdicts) == 2 for c in load_run(store.root).cells)
