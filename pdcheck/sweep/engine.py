@@ -67,6 +67,7 @@ class Engine:
         self._lock = threading.Lock()
         self._tasks: dict[str, Any] = {}
         self._stopped: dict[tuple[str, int], str] = {}
+        self._judged: dict[tuple[str, int], str] = {}
 
     def cell_store(self, cell: Cell) -> CellStore:
         return self.store.cell(cell.dirname, self._provenance(cell))
@@ -200,10 +201,7 @@ class Engine:
                 if source.unit_done("baseline", unit.concurrency, unit.repeat):
                     target.copy_baseline_unit(source, unit.concurrency, unit.repeat)
                     continue
-                failed = source.dir / f"baseline/c{unit.concurrency}/r{unit.repeat}/failure.json"
-                if failed.is_file():
-                    (target.unit_dir("baseline", unit.concurrency, unit.repeat) / "failure.json").write_bytes(
-                        failed.read_bytes())
+                target.copy_unit_failure(source, "baseline", unit.concurrency, unit.repeat)
 
     def _run_unit(self, cell: Cell, cs: CellStore, unit: Unit, url: str, endpoints: PdEndpoints | None) -> None:
         from pdcheck.evals import run_eval
@@ -252,9 +250,10 @@ class Engine:
     # -- judging --------------------------------------------------------------------------
 
     def _judge_cell(self, cell: Cell, *, only: int | None = None) -> None:
+        """Judge the cell's ready levels (or just `only`) once per run; a cell is done when all are judged."""
         cs = self.cell_store(cell)
         for c in cell.concurrency:
-            if only is not None and c != only:
+            if (only is not None and c != only) or (cell.id, c) in self._judged:
                 continue
             if (cell.id, c) in self._stopped:
                 outcome = skip_level(cell, cs, c, reason=self._stopped[(cell.id, c)])
@@ -263,16 +262,16 @@ class Engine:
             else:
                 outcome = judge_level(cell, cs, c)
             with self._lock:
+                self._judged[(cell.id, c)] = outcome.verdict
                 self.progress.verdicts[outcome.verdict] += 1
+                self.progress.cells_done = sum(
+                    all((k.id, level) in self._judged for level in k.concurrency) for k in self.cells.values())
             self.progress.emit("verdict", f"{cell.name} c{c}: {outcome.verdict} ({outcome.reason})")
             early_stop = self.options.early_stop or cell.analysis.early_stop
             if early_stop and outcome.verdict in ("REGRESSION", "SUSPECT"):
                 for later in cell.concurrency:
                     if later > c:
                         self._stopped.setdefault((cell.id, later), f"early stop: c{c} was {outcome.verdict}")
-        if only is None:
-            with self._lock:
-                self.progress.cells_done += 1
 
     def _set(self, cell: Cell, phase: str) -> None:
         self.progress.current_cell = cell.name

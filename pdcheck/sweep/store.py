@@ -115,6 +115,12 @@ class CellStore:
         self._write(self.unit_dir(side, concurrency, repeat) / "failure.json",
                     failure_dict(exc, cell=self.dirname, where=where))
 
+    def copy_unit_failure(self, source: CellStore, side: Side, concurrency: int, repeat: int) -> None:
+        """A shared unit failed in the cell that ran it: the sharing cell gets the same sidecar."""
+        data = read_json(source.dir / unit_rel(side, concurrency, repeat) / "failure.json")
+        if data is not None:
+            write_json_atomic(self.unit_dir(side, concurrency, repeat) / "failure.json", data)
+
     def copy_baseline_unit(self, source: CellStore, concurrency: int, repeat: int) -> None:
         """Reuse another cell's finished baseline unit (same `Cell.baseline_key()` and vLLM)."""
         src = source.dir / unit_rel("baseline", concurrency, repeat)

@@ -63,3 +63,19 @@ def test_wave_jobs_overlap_only_on_disjoint_gpus(sweep_file, servers, tmp_path):
     for a, b in overlapping:
         assert set(a[1]).isdisjoint(b[1]), f"{a[0]} and {b[0]} shared a GPU"
     assert all(len(c.verdicts) == 2 for c in load_run(store.root).cells)
+
+
+def test_progress_events_count_each_verdict_once_and_reach_all_cells(sweep_file, servers, tmp_path):
+    """The live display's numbers: one verdict per cell and level, cells done reaches the total, questions add up."""
+    base, good, _ = servers
+    events = []
+    cells = expand_cells(load_sweep(sweep_file))
+    store = RunStore.create(tmp_path / "r", provenance=Provenance(), sweep={"name": "fake"}, environment={})
+    Engine(cells, store=store, backend=RecordingGpuBackend(base.url, good.url, gpus=()), on_event=events.append).run()
+    last = events[-1]
+    assert last.kind == "finished"
+    assert sum(last.verdicts.values()) == len(cells) * 2
+    assert last.cells_done == last.cells_total == len(cells)
+    assert last.questions_done == last.questions_total == 16 * 2 * (1 + len(cells))  # shared baseline runs once
+    done_over_time = [e.cells_done for e in events]
+    assert done_over_time == sorted(done_over_time) and 0 < done_over_time.index(1) < len(events) - 1
