@@ -481,6 +481,8 @@ class SchedulerSpec:
     prefix_caching: bool = True
     depth: int = 2  # batches in flight: 1 synchronous, 2 async scheduling, k pipeline parallel
     load_failure_policy: str = "recompute"  # "recompute" | "fail"
+    # A connector that breaks the N-1 rule on hybrids (loads all N prompt tokens): a checker self-test.
+    load_all_prompt_tokens: bool = False
 
 
 _LLAMA = {
@@ -525,6 +527,7 @@ def _vllm_config(spec: SchedulerSpec) -> Any:
         kv_connector_module_path=__name__,
         kv_role="kv_consumer",
         kv_load_failure_policy=spec.load_failure_policy,
+        kv_connector_extra_config={"load_all_prompt_tokens": spec.load_all_prompt_tokens},
     )
     config = VllmConfig(
         model_config=model, cache_config=cache, scheduler_config=sched, kv_transfer_config=transfer,
@@ -581,7 +584,10 @@ def _sim_connector_cls() -> type:
         def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
             super().__init__(vllm_config, role, kv_cache_config)
             self.remote: set[str] = set()
-            self.backoff = 1 if any(i.kind == "mamba" for i in group_infos(kv_cache_config)) else 0
+            # The N-1 rule (NIXL's _prefill_backoff): a hybrid decoder loads h(N-1) and computes token N-1.
+            hybrid = any(i.kind == "mamba" for i in group_infos(kv_cache_config))
+            load_all = vllm_config.kv_transfer_config.kv_connector_extra_config.get("load_all_prompt_tokens", False)
+            self.backoff = 1 if hybrid and not load_all else 0
 
         def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
             if request.request_id not in self.remote:

@@ -33,8 +33,10 @@ class SeedResult:
     steps: int
     sim_s: float
     num_findings: int
+    num_propagated: int  # findings that reached their victim through the prefix cache
+    kind_counts: dict[str, int]
     first_step_by_family: dict[str, int]
-    findings: tuple[Finding, ...]
+    findings: tuple[Finding, ...]  # the first ones, with reproducers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +49,7 @@ class VariantResult:
     seeds_by_family: dict[str, int]
     median_first_step_by_family: dict[str, float]
     findings_by_kind: dict[str, int]
+    propagated_findings: int
     steps: int
     sim_s: float
     examples: tuple[Finding, ...]
@@ -68,6 +71,7 @@ class VariantResult:
             "seeds_by_family": self.seeds_by_family,
             "median_first_step_by_family": self.median_first_step_by_family,
             "findings_by_kind": self.findings_by_kind,
+            "propagated_findings": self.propagated_findings,
             "steps": self.steps,
             "sim_s": round(self.sim_s, 4),
             "steps_per_s": round(self.steps_per_s, 1),
@@ -83,6 +87,7 @@ class VariantResult:
             seeds_by_family=dict(data["seeds_by_family"]),
             median_first_step_by_family=dict(data["median_first_step_by_family"]),
             findings_by_kind=dict(data["findings_by_kind"]),
+            propagated_findings=data["propagated_findings"],
             steps=data["steps"],
             sim_s=data["sim_s"],
             examples=tuple(Finding.from_dict(f) for f in data["examples"]),
@@ -162,7 +167,9 @@ def run_seed(workload: Workload, seed: int, *, replay_options: str = "") -> Seed
     first: dict[str, int] = {}
     for f in findings:
         first[str(f.family)] = min(first.get(str(f.family), f.step), f.step)
-    return SeedResult(workload.name, seed, sim.dispatched, sim_s, sim.num_findings, first, tuple(findings))
+    return SeedResult(
+        workload.name, seed, sim.dispatched, sim_s, sim.num_findings, sim.num_propagated, dict(sim.kind_counts), first, tuple(findings)
+    )
 
 
 def summarize_variant(name: str, results: list[SeedResult]) -> VariantResult:
@@ -172,7 +179,7 @@ def summarize_variant(name: str, results: list[SeedResult]) -> VariantResult:
     for r in results:
         for family, step in r.first_step_by_family.items():
             by_family.setdefault(family, []).append(step)
-        kinds.update(str(f.kind) for f in r.findings)
+        kinds.update(r.kind_counts)
         if r.findings and len(examples) < EXAMPLES_PER_VARIANT:
             examples.append(min(r.findings, key=lambda f: f.step))
     return VariantResult(
@@ -182,6 +189,7 @@ def summarize_variant(name: str, results: list[SeedResult]) -> VariantResult:
         seeds_by_family={f: len(v) for f, v in sorted(by_family.items())},
         median_first_step_by_family={f: float(statistics.median(v)) for f, v in sorted(by_family.items())},
         findings_by_kind=dict(sorted(kinds.items())),
+        propagated_findings=sum(r.num_propagated for r in results),
         steps=sum(r.steps for r in results),
         sim_s=sum(r.sim_s for r in results),
         examples=tuple(examples),

@@ -74,8 +74,10 @@ class RaceSim:
         self.dispatched = 0
         self.executed = 0
         self.live_count = 0
-        self.findings: list[Finding] = []
+        self.findings: list[Finding] = []  # the first MAX_FINDINGS_KEPT, with reproducers
         self.num_findings = 0
+        self.kind_counts: collections.Counter[str] = collections.Counter()  # every finding, kept or not
+        self.num_propagated = 0
         self._seen: set[tuple] = set()
         self.log: list[tuple[int, str, frozenset[str]]] = []  # (dispatch index, line, request ids involved)
         self.timelines: dict[int, list[str]] = collections.defaultdict(list)
@@ -412,6 +414,8 @@ class RaceSim:
             return
         self._seen.add(key)
         self.num_findings += 1
+        self.kind_counts[str(kind)] += 1
+        self.num_propagated += propagated
         if len(self.findings) >= MAX_FINDINGS_KEPT:
             return
         start = min(since if since is not None else step, step) - 2

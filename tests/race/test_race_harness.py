@@ -78,3 +78,28 @@ def test_pipeline_depth_three_turns_preemption_into_a_trigger(adapter):
     """At PP depth 3 the block-reuse race is found too (preemption triggers it there, not only EOS/abort)."""
     summary = run_race(seeds=4, requests=CI_REQUESTS, variants=["pp3"], disable_fixes=["block-reuse"])
     assert summary.variants[0].seeds_by_family.get("BLOCK_REUSE", 0) >= 3
+
+
+def test_connector_that_breaks_the_n_minus_1_rule_is_flagged(adapter):
+    """A hybrid connector that loads all N prompt tokens applies the last token twice: the state check flags it."""
+    import dataclasses
+
+    from pdcheck.race.run import run_seed
+    from pdcheck.race.workload import get_variant
+
+    workload = get_variant("hybrid-align").with_overrides(requests=80, load_all_prompt_tokens=True)
+    workload = dataclasses.replace(workload, name="hybrid-align-load-n")
+    kinds = {f.kind for seed in range(2) for f in run_seed(workload, seed).findings}
+    assert "CORRUPTION_MAMBA_WRONG_OWN_STATE" in kinds
+
+
+def test_damage_reached_through_the_prefix_cache_is_marked_propagated(adapter):
+    """Zeroed loaded blocks get prefix-cached and re-read by later requests; those findings say propagated."""
+    from pdcheck.race.run import run_seed
+    from pdcheck.race.workload import get_variant
+    from pdcheck.vllm_plugin.switches import disable_fixes
+
+    with disable_fixes(["zeroing"]):
+        results = [run_seed(get_variant("attention-zeroing").with_overrides(requests=200), seed) for seed in range(3)]
+    propagated = sum(r.num_propagated for r in results)
+    assert 0 < propagated < sum(r.num_findings for r in results)
