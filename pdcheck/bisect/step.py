@@ -67,6 +67,7 @@ def build_overlay(worktree: Path, sha: str, installed_vllm: Path, dest: Path) ->
     root = dest / sha
     if (root / "vllm" / "__init__.py").exists():
         return root
+    dest.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="overlay-", dir=dest))
     with tempfile.TemporaryFile() as archive:
         proc = subprocess.run(["git", "-C", str(worktree), "archive", "--format=tar", sha, "vllm"],

@@ -35,7 +35,7 @@ def _git(repo: Path, *args: str) -> str:
 
 def make_history(root: Path, fix: str, *, regress_at: int, broken_at: int, n: int = 20) -> list[str]:
     installed = Path(probe_vllm().vllm_path)
-    source = (installed / SCHED).read_text()
+    source = (installed.parent / SCHED).read_text()
     old, new = REMOVE_FIX[fix]
     assert old in source, f"the installed scheduler no longer has the {fix} fix's code; update REMOVE_FIX"
     repo = root / "vllm"
