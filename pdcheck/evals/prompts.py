@@ -44,7 +44,8 @@ class PromptOptions:
     logprobs: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     stop: bool = True
-    # vLLM returns generated token ids when asked; other servers may refuse the field.
+    # vLLM's extensions: generated token ids, and logprob tokens as "token_id:N"; other servers
+    # may refuse these fields (the runner's preflight then turns this off).
     token_ids: bool = True
 
     @classmethod
@@ -120,6 +121,10 @@ class PromptBuilder:
             body["prompt"] = prompt
             if opts.logprobs:
                 body["logprobs"] = TOP_LOGPROBS
+                if opts.token_ids:
+                    # Completions key top_logprobs by token text; distinct tokens that decode alike
+                    # (byte pieces) collide and lose the runner-up. "token_id:N" keys cannot collide.
+                    body["return_tokens_as_token_ids"] = True
         if opts.stop:
             body["stop"] = list(LMEVAL_STOP if opts.style == "lm-eval" else VLLM_STOP)
         body["seed"] = LMEVAL_SEED if opts.style == "lm-eval" else VLLM_SEED

@@ -217,8 +217,8 @@ async def _preflight(
     endpoint = root + builder.options.path
     body = builder.body(builder.prompt(index), model=model, max_tokens=1)
     outcome = await complete(session, CompletionRequest(endpoint, body, f"{run_tag}-preflight"), timeout_s=timeout_s)
-    if not outcome.ok and builder.options.token_ids and outcome.http_status == 400 and "return_token_ids" in (outcome.error or ""):
-        logger.info("%s refuses return_token_ids; records will carry logprob tokens only", endpoint)
+    if not outcome.ok and builder.options.token_ids and outcome.http_status == 400 and "return_token" in (outcome.error or ""):
+        logger.info("%s refuses vLLM's return_token_ids/return_tokens_as_token_ids; asking without them", endpoint)
         builder = PromptBuilder(builder.task, replace(builder.options, token_ids=False))
         body = builder.body(builder.prompt(index), model=model, max_tokens=1)
         outcome = await complete(session, CompletionRequest(endpoint, body, f"{run_tag}-preflight"), timeout_s=timeout_s)

@@ -65,6 +65,9 @@ def test_logprobs_ask_for_top2(small_task):
     """--logprobs asks for the top-2 per generated token, in each endpoint's own way."""
     completions = PromptBuilder(small_task, PromptOptions(logprobs=True)).body("P", model="m")
     assert completions["logprobs"] == 2
+    assert completions["return_tokens_as_token_ids"] is True, "token-id keys: alternatives cannot collide"
+    plain = PromptBuilder(small_task, PromptOptions(logprobs=True, token_ids=False)).body("P", model="m")
+    assert "return_tokens_as_token_ids" not in plain and "return_token_ids" not in plain
     chat = PromptBuilder(small_task, PromptOptions(style="chat", logprobs=True)).body("P", model="m")
     assert (chat["logprobs"], chat["top_logprobs"]) == (True, 2)
 
