@@ -9,7 +9,7 @@ allocates the KV cache with ``torch.zeros``.
 
 Invariants the checker reads: a live request's slots [0, c) hold its own tags; with zeroing on,
 the rest of its last block is zero or its own; its Mamba state at index (c-1)//bs equals
-tag(c). Writers are ``(kind, request id, dispatch step)``.
+tag(c). Writers are ``(kind, request id, dispatch step, execution index)``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ GARBLE = -1  # bytes of another view (a state over slots, or slots over a state)
 POISON = -2  # a state computed from a bad read: propagates damage through the prefix cache
 _STATE_SALT = 0x5DEECE66D
 
-Writer = tuple[str, str, int]
-_INITIAL: Writer = ("init", "", 0)
+Writer = tuple[str, str, int, int]  # (kind, request id, dispatch index of its step, execution index)
+_INITIAL: Writer = ("init", "", 0, 0)
 
 
 def prefix_tags(tokens: tuple[int, ...]) -> list[int]:

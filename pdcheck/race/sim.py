@@ -84,6 +84,9 @@ class RaceSim:
         self._known_blocks: dict[str, set[int]] = collections.defaultdict(set)
         self._owners: dict[int, list[str]] | None = None
         self._incarnations: dict[str, int] = {}
+        self._assigned_at: dict[tuple[str, int], int] = {}  # (request, block) -> dispatch index that gave it
+        self._exec_of_dispatch: dict[int, int] = {}  # dispatch index -> execution index
+        self._landed_exec: dict[str, int] = {}  # loader -> execution index its load landed at
         self._preempted_at: dict[str, int] = {}  # request -> dispatch index of its last preemption
         self._poison_kind: dict[str, Kind] = {}  # request -> the finding that poisoned its Mamba state
 
@@ -155,12 +158,13 @@ class RaceSim:
         item = self.queue.popleft()
         self.executed += 1
         record, step = item.record, item.dispatch_index
+        self._exec_of_dispatch[step] = self.executed
         self._land_due(after_zeroing=False)
         for block in record.zero_block_ids:
-            self.memory.zero(block, ("zero", "", step))
+            self.memory.zero(block, ("zero", "", step, self.executed))
         self._land_due(after_zeroing=True)
         for src, dst in record.block_copies:
-            self.memory.copy(src, dst, ("copy", "", step))
+            self.memory.copy(src, dst, ("copy", "", step, self.executed))
         live = {e.request_id: self.sched.is_live(e.request_id, e.incarnation) for e in record.requests}
         for entry in record.requests:
             self._write_kv(entry, step, live[entry.request_id])
@@ -192,8 +196,9 @@ class RaceSim:
         """The RDMA write of a load: whole attention blocks (tail slots zero, as the prefiller's were) and the state."""
         load = pending.load
         pending.landed = True
+        self._landed_exec[load.request_id] = self.executed
         tags = self.tags[load.request_id]
-        writer = ("load", load.request_id, pending.step)
+        writer = ("load", load.request_id, pending.step, self.executed)
         bs = self.bs
         first, last = load.start // bs, _cdiv(load.end, bs)
         limit = last if pending.valid_blocks is None else first + pending.valid_blocks
@@ -269,7 +274,7 @@ class RaceSim:
 
     def _write_kv(self, entry: ScheduledRequest, step: int, live: bool) -> None:
         tags = self.tags[entry.request_id]
-        writer = ("kv", entry.request_id, step)
+        writer = ("kv", entry.request_id, step, self.executed)
         bs = self.bs
         for g in self.attn_groups:
             table = entry.block_ids[g]
@@ -299,7 +304,7 @@ class RaceSim:
             block = table[_cdiv(end, mbs) - 1]
             if not live:
                 self._hazard(Kind.STALE_MAMBA_WRITE_INTO_CONSUMER_BLOCK, Kind.STALE_MAMBA_WRITE_INTO_LOCAL_BLOCK, entry, block, step)
-            self.memory.write_state(block, POISON if rid in bad else state_tag(tags, end), ("state", rid, step))
+            self.memory.write_state(block, POISON if rid in bad else state_tag(tags, end), ("state", rid, step, self.executed))
             if live:
                 self.own_blocks[rid].add(block)
 
@@ -309,7 +314,7 @@ class RaceSim:
 
     def _state_mismatch(self, rid: str, block: int, c: int, step: int) -> None:
         actual = self.memory.states[block]
-        kind_w, writer, wstep = self.memory.state_writers[block]
+        kind_w, writer, wstep, _ = self.memory.state_writers[block]
         if actual == POISON:
             origin = self._poison_kind.get(writer)
             if writer == rid or origin is None:
@@ -352,14 +357,27 @@ class RaceSim:
                     for s in range(need, bs):
                         t = slots[s]
                         if t != ZERO and (base + s >= len(tags) or t != tags[base + s]):
-                            w = self.memory.slot_writers[block][s]
-                            self._report(Kind.STALE_BYTES_VISIBLE, step, (block,), rid, w[1] or w[0],
-                                         f"{rid} reads block {block} whose slot {s} holds bytes of {w[0]} {w[1] or '-'} (step {w[2]}), not zero", since=w[2])
+                            self._stale_bytes(rid, block, s, step)
                             break
+
+    def _stale_bytes(self, rid: str, block: int, slot: int, step: int) -> None:
+        """Foreign bytes in the unwritten tail of a block: missing zeroing, unless written after the block was ours."""
+        kind_w, writer, wstep, wexec = self.memory.slot_writers[block][slot]
+        # The first moment the block held our content: its zeroing in the step that gave it to us,
+        # or our load landing in it (which can come earlier, while an older step is in flight).
+        ours_from = self._exec_of_dispatch.get(self._assigned_at.get((rid, block), 0), 0)
+        if block in self.load_blocks.get(rid, ()) and rid in self._landed_exec:
+            ours_from = min(ours_from, self._landed_exec[rid])
+        if kind_w in ("kv", "state") and wexec >= ours_from:
+            kind = Kind.CORRUPTION_STALE_KV_WRITE if kind_w == "kv" else Kind.CORRUPTION_STALE_MAMBA_WRITE
+        else:
+            kind = Kind.STALE_BYTES_VISIBLE
+        detail = f"{rid} reads block {block} whose slot {slot} holds bytes of {kind_w} {writer or '-'} (step {wstep}), not zero"
+        self._report(kind, step, (block,), rid, writer or kind_w, detail, since=wstep)
 
     def _kv_mismatch(self, rid: str, block: int, slot: int, pos: int, step: int) -> None:
         actual = self.memory.slots[block][slot]
-        kind_w, writer, wstep = self.memory.slot_writers[block][slot]
+        kind_w, writer, wstep, _ = self.memory.slot_writers[block][slot]
         if actual == ZERO and kind_w == "zero":
             kind = Kind.CORRUPTION_ZEROED_AFTER_LOAD  # zeroing landed after the content it should precede
         elif actual == GARBLE and kind_w == "state" and writer != rid:
@@ -390,6 +408,7 @@ class RaceSim:
             for block in table:
                 if block and block not in known:
                     known.add(block)
+                    self._assigned_at[(rid, block)] = step
                     self.timelines[block].append(f"step {step}: -> {rid}")
 
     def _released(self, rid: str, why: str) -> None:
