@@ -13,7 +13,7 @@ FORMATS = ("md", "json", "junit")
 
 
 def _load(path: Path):
-    from pdcheck.sweep.store import load_run
+    from pdcheck.sweep.results import load_run
 
     try:
         return load_run(path)

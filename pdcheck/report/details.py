@@ -15,7 +15,7 @@ from pathlib import Path
 from pdcheck.analysis.agreement import CORRUPTION, TIE, UNCLASSIFIED
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.evals.records import QuestionRecord
-from pdcheck.sweep.store import CellResult, RunResults
+from pdcheck.sweep.results import CellResult, RunResults
 
 __all__ = ["DivergentQuestion", "LogTail", "diverging_questions", "log_tails", "rerun_command"]
 

@@ -12,7 +12,7 @@ from typing import Any
 from pdcheck.report.against import compare_rows
 from pdcheck.report.rows import build_rows
 from pdcheck.sweep.junit import render_junit
-from pdcheck.sweep.store import RunResults
+from pdcheck.sweep.results import RunResults
 from pdcheck.sweep.summary import summarize
 
 __all__ = ["REPORT_JSON_SCHEMA_VERSION", "render_json", "render_junit", "report_dict"]

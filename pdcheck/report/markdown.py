@@ -27,7 +27,7 @@ from pdcheck.report.sections import (
     overall_line,
     results_table,
 )
-from pdcheck.sweep.store import RunResults
+from pdcheck.sweep.results import RunResults
 from pdcheck.sweep.summary import summarize
 
 __all__ = ["GITHUB_COMMENT_MAX_CHARS", "REPORT_MARKER", "render_markdown"]

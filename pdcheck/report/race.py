@@ -15,7 +15,7 @@ from typing import Any
 from pdcheck.analysis.attribution import Attribution
 from pdcheck.analysis.injection import InjectionPrecision
 from pdcheck.report.sections import table
-from pdcheck.sweep.store import RunResults
+from pdcheck.sweep.results import RunResults
 from pdcheck.sweep.summary import attribution
 
 __all__ = ["InjectionResult", "attributions", "injection_results", "race_sections"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.sweep.judging import kv_tokens
-from pdcheck.sweep.store import CellResult, RunResults
+from pdcheck.sweep.results import CellResult, RunResults
 from pdcheck.sweep.summary import cell_outcomes
 
 __all__ = ["ResultRow", "build_rows"]
