@@ -14,7 +14,8 @@ from pdcheck.cli._common import console, err_console
 from pdcheck.config import Cell, expand_cells, load_sweep, select_cells
 from pdcheck.config.schema import SweepSpec
 from pdcheck.errors import ConfigError, ExitCode
-from pdcheck.serving import check_serve_argv, plan_topology, serve_topology
+from pdcheck.serving import plan_topology, serve_topology
+from pdcheck.serving.argcheck import check_serve_argvs
 from pdcheck.serving.gpus import read_inventory
 from pdcheck.serving.ports import default_allocator, require_free_port
 from pdcheck.serving.proxy import ProxyTimeouts, run_proxy
@@ -80,7 +81,8 @@ def up(sweep, cell_name, model, model_name, prefill_tp, decode_tp, prefill_insta
     if dry_run:
         console.print(plan.render(), markup=False, highlight=False, soft_wrap=True)
         python = (cell.environment.python if cell.environment else None) or sys.executable
-        problems = [f"{s.name}: {p}" for s in plan.servers for p in check_serve_argv(s.argv, python)] if check_argv else []
+        found = check_serve_argvs([s.argv for s in plan.servers], python) if check_argv else []
+        problems = [f"{s.name}: {p}" for s, ps in zip(plan.servers, found) for p in ps]
         for problem in problems:
             err_console.print(f"[red]{problem}[/red]", highlight=False)
         raise click.exceptions.Exit(int(ExitCode.CONFIG if problems else ExitCode.OK))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import tempfile
 import urllib.request
 from collections.abc import Iterator
@@ -72,13 +73,21 @@ class _OneTopologyAtATime:
         self.key = self.endpoints = None
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @pytest.fixture(scope="session")
 def _pd_topologies() -> Iterator[_OneTopologyAtATime]:
+    # A CI timeout sends SIGTERM, which would kill pytest without teardown and leave the
+    # servers (own sessions) running; as KeyboardInterrupt, pytest stops and tears down.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     topologies = _OneTopologyAtATime()
     try:
         yield topologies
     finally:
         topologies.close()
+        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture

@@ -29,10 +29,10 @@ def gsm8k_prompts(gsm8k_dir: str, n: int = N_PROMPTS) -> list[str]:
     return [f"Question: {q}\nAnswer:" for q in questions]
 
 
-@pytest.fixture(params=["llama", "granite"])
-def pd(request):
-    """Each model's topology in turn (llama first, so each starts once)."""
-    return request.param, request.getfixturevalue(f"{request.param}_pd")
+@pytest.fixture(scope="module", params=["llama", "granite"])
+def pd(request, _pd_topologies):
+    """Each model's topology; module scope groups the tests by model, so each starts once."""
+    return request.param, _pd_topologies.get(request.param)
 
 
 def test_pd_equals_baseline_and_the_decoder_received_kv(pd, gsm8k_dir):

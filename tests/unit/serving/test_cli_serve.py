@@ -1,0 +1,49 @@
+"""`pdcheck up` and `pdcheck proxy` command lines: dry runs, refusals and their exit codes."""
+
+from __future__ import annotations
+
+import socket
+
+from pdcheck.cli import main
+from pdcheck.errors import ExitCode
+
+
+def test_up_dry_run_prints_every_server_and_the_proxy(capsys, tmp_path):
+    """--dry-run prints each server's env + argv and the proxy command, and starts nothing (exit 0)."""
+    rc = main(["up", "--model", "fixture:tiny-llama-random", "--platform", "cpu", "--serve-arg=--max-model-len",
+               "--serve-arg=2048", "--run-dir", str(tmp_path), "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == ExitCode.OK
+    assert out.count("pdcheck._vllm.launch serve") == 3 and "--max-model-len 2048" in out
+    assert '"kv_role":"kv_producer","kv_buffer_device":"cpu"' in out and "pdcheck proxy --prefill http://127.0.0.1:" in out
+    assert not (tmp_path / "logs").exists()
+
+
+def test_up_needs_exactly_one_source(capsys):
+    """Neither a sweep nor --model (or both) is a usage error, exit 3."""
+    assert main(["up"]) == ExitCode.CONFIG
+    assert main(["up", "sweeps/cpu-smoke.yaml", "--model", "x", "--dry-run"]) == ExitCode.CONFIG
+
+
+def test_up_with_a_multi_cell_sweep_lists_the_cells(capsys):
+    """A sweep with several cells and no --cell is refused with the cell names (exit 3)."""
+    assert main(["up", "cpu-smoke", "--dry-run"]) == ExitCode.CONFIG
+    assert "tiny-llama-p1x1-d1x1-async-fixes-on" in capsys.readouterr().err
+
+
+def test_up_refuses_a_gpu_topology_without_gpus(capsys):
+    """A GPU topology on a machine with no GPUs is refused before anything starts, naming the counts."""
+    rc = main(["up", "--model", "Qwen/Qwen3-0.6B", "--platform", "gpu", "--prefill-tp", "2", "--dry-run"])
+    assert rc == ExitCode.CONFIG
+    assert "needs 4 GPUs" in capsys.readouterr().err
+
+
+def test_proxy_on_a_taken_port_is_an_infra_error(capsys):
+    """`pdcheck proxy --port P` with P taken fails at once with PortUnavailable (exit 2)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        rc = main(["proxy", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2", "--port", str(port)])
+    assert rc == ExitCode.INFRA
+    assert f"127.0.0.1:{port} is already in use" in capsys.readouterr().err
