@@ -385,15 +385,18 @@ def _load_capturing(connector: Any, pending: list[LoadStart]) -> None:
     """Wrap one connector instance so that every async load it accepts is appended to ``pending``."""
     matched = connector.get_num_new_matched_tokens
     after_alloc = connector.update_state_after_alloc
-    local_computed: dict[str, int] = {}
+    local_computed: dict[str, int] = {}  # request -> local prefix, only for async loads
 
     def get_num_new_matched_tokens(request: Any, num_computed_tokens: int) -> Any:
-        local_computed[request.request_id] = num_computed_tokens
-        return matched(request, num_computed_tokens)
+        result = matched(request, num_computed_tokens)
+        # Only async loads race with the GPU stream; a synchronous load completes inside its step.
+        if result[1]:
+            local_computed[request.request_id] = num_computed_tokens
+        return result
 
     def update_state_after_alloc(request: Any, blocks: Any, num_external_tokens: int) -> Any:
-        if num_external_tokens > 0:
-            start = local_computed.pop(request.request_id, 0)
+        if num_external_tokens > 0 and request.request_id in local_computed:
+            start = local_computed.pop(request.request_id)
             ids = tuple(tuple(g) for g in blocks.get_block_ids())
             pending.append(LoadStart(request.request_id, ids, start, start + num_external_tokens))
         return after_alloc(request, blocks, num_external_tokens)
