@@ -20,6 +20,7 @@ import dataclasses
 import random
 
 from pdcheck._vllm.scheduler import LoadStart, ScheduledRequest, SimScheduler, StepRecord
+from pdcheck.errors import HarnessError
 from pdcheck.race.findings import Finding, Kind, Reproducer
 from pdcheck.race.shadow import GARBLE, POISON, ZERO, ShadowMemory, prefix_tags, state_tag
 from pdcheck.race.workload import SimRequest, Workload, generate_requests
@@ -103,9 +104,14 @@ class RaceSim:
                     continue
             if self.queue:
                 self.execute()
-            elif not self.pending_requests:
-                break
-        return self.findings
+            elif self.pending_requests:
+                self.add_request(self.pending_requests.popleft())  # nothing in flight: let traffic in
+            else:
+                return self.findings
+        raise HarnessError(
+            f"{self.workload.name} seed {self.seed} did not drain within max_steps={self.workload.max_steps}: "
+            f"{len(self.pending_requests)} requests not yet sent; raise max_steps or check the scheduler is not stuck"
+        )
 
     def _arrivals(self) -> None:
         target = 2 * self.workload.scheduler.max_num_seqs
