@@ -21,7 +21,8 @@ from pdcheck.vllm_plugin.trace_format import SCHEMA_VERSION, encode, trace_file_
 
 logger = logging.getLogger(__name__)
 ENV_VAR = "PDCHECK_TRACE_DIR"
-_FLUSH_EVERY = 256
+_FLUSH_EVERY = 256  # lines; also at least once a second, so a killed server loses little
+_FLUSH_INTERVAL_S = 1.0
 
 _installed: contextlib.ExitStack | None = None
 
@@ -35,6 +36,7 @@ class TraceRecorder:
         self._steps = 0
         self._processed = 0
         self._pending = 0
+        self._flushed_at = time.monotonic()
 
     def _write(self, event: dict[str, Any]) -> None:
         if self._fh is None:
@@ -42,13 +44,14 @@ class TraceRecorder:
             self._fh = open(os.path.join(self.directory, trace_file_name(os.getpid())), "a")  # noqa: SIM115 - closed in close()
         self._fh.write(encode(event))
         self._pending += 1
-        if self._pending >= _FLUSH_EVERY:
+        if self._pending >= _FLUSH_EVERY or time.monotonic() - self._flushed_at > _FLUSH_INTERVAL_S:
             self.flush()
 
     def flush(self) -> None:
         if self._fh is not None:
             self._fh.flush()
         self._pending = 0
+        self._flushed_at = time.monotonic()
 
     def close(self) -> None:
         if self._fh is not None:
