@@ -107,3 +107,19 @@ def test_workload_is_frozen_data():
     w = Workload("x", get_variant("attention").scheduler)
     with pytest.raises(AttributeError):
         w.requests = 1  # type: ignore[misc]
+
+
+def test_race_summary_round_trips_and_maps_findings_to_exit_1():
+    """RaceSummary.to_dict/from_dict is lossless (the sweep stores it); any seed with findings means exit 1."""
+    from pdcheck.errors import ExitCode
+    from pdcheck.race.run import RaceSummary, VariantResult
+
+    finding = Finding(Kind.ZEROING_OF_LOAD_TARGET, 1, 3, (4,), "r00002", "zeroing", "d")
+    found = VariantResult("hybrid-align", 2, 1, {"ZEROING": 1}, {"ZEROING": 3.0}, {"ZEROING_OF_LOAD_TARGET": 5}, 0, 900, 0.5, (finding,))
+    clean = VariantResult("attention", 2, 0, {}, {}, {}, 0, 800, 0.4, ())
+    summary = RaceSummary("0.32.0", ("zeroing",), (), None, 2, 0, 300, None, (found, clean))
+    data = summary.to_dict()
+    assert data["schema_version"] == 1 and data["has_findings"] is True
+    assert RaceSummary.from_dict(data).to_dict() == data
+    assert summary.exit_code is ExitCode.FAILED
+    assert RaceSummary("0.32.0", (), (), None, 2, 0, 300, None, (clean,)).exit_code is ExitCode.OK
