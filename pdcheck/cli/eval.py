@@ -102,7 +102,8 @@ def eval_cmd(url, concurrency, limit, offset, style, engine, task_name, dataset,
     try:
         settings = EvalSettings(task=task_name, dataset=dataset, limit=limit, offset=offset, shots=shots,
                                 max_tokens=max_tokens, style=style, engine=engine, logprobs=logprobs,
-                                request_timeout_s=timeout_s)
+                                request_timeout_s=timeout_s, chat_template_kwargs=chat_template_kwargs,
+                                no_stop=no_stop)
     except ValidationError as exc:
         raise ConfigError(str(exc)) from None
     if engine == "lm-eval" and style != "lm-eval":
@@ -116,9 +117,7 @@ def eval_cmd(url, concurrency, limit, offset, style, engine, task_name, dataset,
                TimeRemainingColumn())
     with Progress(*columns, console=err_console, transient=False) as progress:
         summary = run_eval(url, task, settings=settings, concurrency=concurrency, out_path=out, model=model,
-                           run_tag=run_tag, on_record=_ProgressBar(progress, len(indices), done),
-                           **({} if engine == "lm-eval" else {"chat_template_kwargs": chat_template_kwargs,
-                                                               "stop": not no_stop}))
+                           run_tag=run_tag, on_record=_ProgressBar(progress, len(indices), done))
     if summary_out is not None:
         summary_out.write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     console.print(_summary_table(summary, out))

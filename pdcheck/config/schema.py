@@ -6,7 +6,7 @@ at load, before any process starts. Expansion into cells lives in `cells.py`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -166,6 +166,10 @@ class EvalSettings(_Strict):
     style: Literal["vllm", "lm-eval", "chat"] = "vllm"
     engine: Literal["pdcheck", "lm-eval"] = "pdcheck"
     logprobs: bool = False
+    # Chat style only: passed to the server's chat template, e.g. {"enable_thinking": false}.
+    chat_template_kwargs: dict[str, Any] | None = None
+    # Send no stop strings: thinking models (Qwen3.5) write them inside their reasoning.
+    no_stop: bool = False
     request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
 
 

@@ -49,16 +49,14 @@ class PromptOptions:
     token_ids: bool = True
 
     @classmethod
-    def from_settings(
-        cls, settings: EvalSettings, *, chat_template_kwargs: dict[str, Any] | None = None, stop: bool = True
-    ) -> PromptOptions:
+    def from_settings(cls, settings: EvalSettings) -> PromptOptions:
         return cls(
             style=settings.style,
             shots=settings.shots,
             max_tokens=settings.max_tokens,
             logprobs=settings.logprobs,
-            chat_template_kwargs=chat_template_kwargs,
-            stop=stop,
+            chat_template_kwargs=settings.chat_template_kwargs,
+            stop=not settings.no_stop,
         )
 
     @property

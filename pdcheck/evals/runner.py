@@ -63,21 +63,18 @@ async def arun_eval(
     model: str | None = None,
     run_tag: str = "eval",
     on_record: OnRecord | None = None,
-    chat_template_kwargs: dict[str, Any] | None = None,
-    stop: bool = True,
     max_attempts: int = 3,
     now: Callable[[], float] = time.perf_counter,
 ) -> EvalSummary:
     """Ask every selected question once, append records to `out_path`, and summarize the file's records.
 
-    `model` None asks the server's /v1/models. `stop=False` sends no stop strings (thinking
-    models). Raises InfraError if the preflight request fails, ConfigError if `out_path` holds
+    `model` None asks the server's /v1/models. Raises InfraError if the preflight request fails, ConfigError if `out_path` holds
     records asked with other prompts.
     """
     if concurrency < 1:
         raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
     out_path = Path(out_path)
-    builder = PromptBuilder(task, PromptOptions.from_settings(settings, chat_template_kwargs=chat_template_kwargs, stop=stop))
+    builder = PromptBuilder(task, PromptOptions.from_settings(settings))
     indices = task.indices(limit=settings.limit, offset=settings.offset)
     previous = _previous_records(out_path, builder, indices)
     todo = [i for i in indices if i not in previous]

@@ -164,9 +164,9 @@ def test_chat_style_posts_messages_to_chat_completions(tmp_path):
                 "usage": {"prompt_tokens": 9, "completion_tokens": 4}}
 
     with FakeOpenAIServer(chat) as server:
-        summary = run_eval(server.url, make_task(n_test=4), settings=EvalSettings(shots=1, style="chat"), concurrency=2,
-                           out_path=tmp_path / "r.jsonl", model="m", chat_template_kwargs={"enable_thinking": False},
-                           stop=False)
+        summary = run_eval(server.url, make_task(n_test=4), settings=EvalSettings(
+            shots=1, style="chat", chat_template_kwargs={"enable_thinking": False}, no_stop=True),
+            concurrency=2, out_path=tmp_path / "r.jsonl", model="m")
         bodies = [b for b in server.requests if b["max_tokens"] != 1]
     assert summary.accuracy == 1.0 and summary.error_rate == 0.0
     assert all(b["chat_template_kwargs"] == {"enable_thinking": False} and "stop" not in b for b in bodies)
