@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import tempfile
 import time
 from pathlib import Path
-
-from filelock import FileLock
 
 from pdcheck.config import expand_cells, parse_sweep
 from pdcheck.sweep.engine import Engine, SweepOptions
@@ -50,13 +49,16 @@ class LockedBackend:
 
     @contextlib.contextmanager
     def _held(self, cm):
-        with FileLock(HEAVY_LOCK):
+        # A blocking flock, like flock(1) used by everyone else: a polling lock would starve.
+        with open(HEAVY_LOCK, "a") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
             start = time.monotonic()
             try:
                 with cm as value:
                     yield value
             finally:
                 self.busy_s += time.monotonic() - start
+                fcntl.flock(lock_file, fcntl.LOCK_UN)
 
     def baseline(self, cell, *, gpus, cell_dir):
         return self._held(self.inner.baseline(cell, gpus=gpus, cell_dir=cell_dir))
