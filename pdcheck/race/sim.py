@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import random
+from collections.abc import Callable
 
 from pdcheck._vllm.scheduler import LoadStart, ScheduledRequest, SimScheduler, StepRecord
 from pdcheck.errors import HarnessError
@@ -271,12 +272,42 @@ class RaceSim:
         others = [o for o in self._owners.get(block, ()) if o != rid]
         return others[0] if others else None
 
-    def _hazard(self, kind_consumer: Kind, kind_local: Kind, entry: ScheduledRequest, block: int, step: int) -> None:
+    def _hazard(self, kind_consumer: Kind, kind_local: Kind, entry: ScheduledRequest, block: int, step: int,
+                same_content: Callable[[str], bool]) -> None:
         owner = self._owner_of(block, entry.request_id)
         if owner is None or entry.request_id in (self._owners or {}).get(block, ()):
             return
+        # A new owner that reached the block through a prefix-cache hit expects exactly what the
+        # stale step writes, and reads it only in a later step: sharing by content, not a race.
+        if same_content(owner):
+            return
         kind = kind_consumer if block in self.load_blocks.get(owner, ()) else kind_local
         self._report(kind, step, (block,), owner, entry.request_id, f"step {step} of {entry.request_id} (no longer live) wrote block {block}, now owned by {owner}")
+
+    def _owner_index(self, owner: str, group: int, block: int) -> int | None:
+        table = self.sched.block_ids(owner)[group]
+        return table.index(block) if block in table else None
+
+    def _same_kv(self, entry: ScheduledRequest, group: int, block: int, index: int) -> Callable[[str], bool]:
+        def check(owner: str) -> bool:
+            j = self._owner_index(owner, group, block)
+            if j is None:
+                return False
+            mine, theirs, bs = self.tags[entry.request_id], self.tags[owner], self.bs
+            lo, hi = max(entry.start, index * bs), min(entry.start + entry.num_tokens, (index + 1) * bs)
+            return all(j * bs + p % bs < len(theirs) and theirs[j * bs + p % bs] == mine[p] for p in range(lo, hi))
+
+        return check
+
+    def _same_state(self, entry: ScheduledRequest, group: int, mbs: int, block: int) -> Callable[[str], bool]:
+        def check(owner: str) -> bool:
+            i = self._owner_index(owner, group, block)
+            theirs = self.tags[owner]
+            if i is None or (i + 1) * mbs > len(theirs):
+                return False
+            return state_tag(theirs, (i + 1) * mbs) == state_tag(self.tags[entry.request_id], entry.start + entry.num_tokens)
+
+        return check
 
     def _write_kv(self, entry: ScheduledRequest, step: int, live: bool) -> None:
         tags = self.tags[entry.request_id]
@@ -289,7 +320,8 @@ class RaceSim:
                 block = table[p // bs]
                 if not live and block not in hazard_checked:
                     hazard_checked.add(block)
-                    self._hazard(Kind.STALE_WRITE_INTO_CONSUMER_BLOCK, Kind.STALE_WRITE_INTO_LOCAL_BLOCK, entry, block, step)
+                    self._hazard(Kind.STALE_WRITE_INTO_CONSUMER_BLOCK, Kind.STALE_WRITE_INTO_LOCAL_BLOCK, entry, block, step,
+                                 self._same_kv(entry, g, block, p // bs))
                 self.memory.write_slot(block, p % bs, tags[p], writer)
                 if live:
                     self.own_blocks[entry.request_id].add(block)
@@ -309,7 +341,8 @@ class RaceSim:
                     bad.add(rid)
             block = table[_cdiv(end, mbs) - 1]
             if not live:
-                self._hazard(Kind.STALE_MAMBA_WRITE_INTO_CONSUMER_BLOCK, Kind.STALE_MAMBA_WRITE_INTO_LOCAL_BLOCK, entry, block, step)
+                self._hazard(Kind.STALE_MAMBA_WRITE_INTO_CONSUMER_BLOCK, Kind.STALE_MAMBA_WRITE_INTO_LOCAL_BLOCK, entry, block, step,
+                             self._same_state(entry, g, mbs, block))
             self.memory.write_state(block, POISON if rid in bad else state_tag(tags, end), ("state", rid, step, self.executed))
             if live:
                 self.own_blocks[rid].add(block)

@@ -78,6 +78,17 @@ class _Segment:
         blocks.discard(0)
         return blocks
 
+    def fresh_blocks(self, start: int, tables: list[list[int]]) -> set[int]:
+        """Blocks past the request's computed prefix. Those inside it are prefix-cache hits (shared by
+        content, so a stale writer writes what the new owner expects) or its own loaded blocks (checked
+        when the load started)."""
+        blocks: set[int] = set()
+        for (kind, bs), table in zip(self.groups, tables):
+            first = start // bs if kind == "attention" else ((start - 1) // bs + 1 if start > 0 else 0)
+            blocks.update(table[first:])
+        blocks.discard(0)
+        return blocks
+
     def load_blocks(self, tables: list[list[int]], start: int, end: int) -> set[int]:
         blocks: set[int] = set()
         for (kind, bs), table in zip(self.groups, tables):
@@ -103,7 +114,7 @@ class _Segment:
             self._check_reuse(index, rid, targets, consumer=True)
         for rid, start, num, tables, _ in event["reqs"]:
             new = {b for table in tables for b in table if b} - self.known[rid]
-            self._check_reuse(index, rid, new, consumer=rid in self.load_targets)
+            self._check_reuse(index, rid, new & self.fresh_blocks(start, tables), consumer=rid in self.load_targets)
             self.known[rid] |= new
         zero = set(event["zero"])
         if zero:

@@ -100,3 +100,22 @@ def test_race_help_lists_the_options():
     assert result.exit_code == 0
     for option in ("--seeds", "--variant", "--disable-fix", "--depth", "--json", "--requests"):
         assert option in result.output
+
+
+def _hit_trace(start: int):
+    # r1's in-flight step 2 writes block 5 (tokens 4..7); r1 is freed; step 3 gives block 5 to r3,
+    # which starts computing at token `start` (a prefix-cache hit of `start` tokens).
+    return [START, _step(1, [["r1", 0, 7, [[4, 5]], 0]]), _step(2, [["r1", 7, 1, [[4, 5]], 0]]), _done(1),
+            {"e": "free", "rid": "r1", "blocks": [[4, 5]], "deferred": False, "fence": 2, "t": 0},
+            _step(3, [["r3", start, 4, [[4, 5, 6]], 0]], finished=["r1"])]
+
+
+def test_block_reached_by_a_prefix_cache_hit_is_shared_by_content_not_a_hazard(tmp_path):
+    """A block inside the new owner's computed prefix is a cache hit: the stale step writes what it expects."""
+    assert check_trace_dir(_write(tmp_path, _hit_trace(start=8))).clean
+
+
+def test_same_block_given_as_fresh_space_is_a_local_hazard(tmp_path):
+    """The same reuse with the block past the new owner's prefix (fresh KV to compute) is a hazard."""
+    result = check_trace_dir(_write(tmp_path, _hit_trace(start=0)))
+    assert [f.kind for f in result.findings] == [Kind.STALE_WRITE_INTO_LOCAL_BLOCK]
