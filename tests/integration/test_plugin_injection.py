@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,8 @@ from pdcheck.serving import plan_topology, serve_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
 from pdcheck.vllm_plugin.selection import is_selected
+
+from tests.integration.conftest import greedy_token_ids
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
@@ -52,34 +52,25 @@ def _inject_zero_plan(run_dir: Path):
     return cell, plan_topology(cell, inventory=GpuInventory((), "none"), ports=default_allocator(), run_dir=run_dir)
 
 
-def _outputs(url: str, prompts: list[str], *, tag: str, concurrency: int) -> list[list[int]]:
-    def one(i: int) -> list[int]:
-        body = {"model": str(fixture_models_dir() / MODEL), "prompt": prompts[i], "max_tokens": MAX_TOKENS,
-                "temperature": 0, "ignore_eos": True, "return_token_ids": True}
-        req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json", "X-Request-Id": f"{tag}-q{i:05d}"})
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return json.loads(resp.read())["choices"][0]["token_ids"]
-
-    with ThreadPoolExecutor(concurrency) as pool:
-        return list(pool.map(one, range(len(prompts))))
-
-
 def _markers(plugin_dir: Path) -> dict[str, list[str]]:
     """process name -> switches, from every activation marker in the folder."""
     markers = [json.loads(p.read_text()) for p in plugin_dir.glob("activation-*.json")]
     return {m["process_name"]: m["switches"] for m in markers}
 
 
-def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
+def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir, _pd_topologies):
     """Injected set == hash-selected set == diverging set, at concurrency 1 and 4; markers prove activation."""
+    _pd_topologies.close()  # the shared clean topology would double the servers on 2 cores
     with open(f"{gsm8k_dir}/test.jsonl") as f:
         prompts = [f"Question: {json.loads(line)['question']}\nAnswer:" for _, line in zip(range(N_QUESTIONS), f)]
     cell, plan = _inject_zero_plan(Path(tempfile.mkdtemp(prefix="pdcheck-it-plugin-")))
     seed = cell.arm.inject_seed
+    model = str(fixture_models_dir() / MODEL)
     with serve_topology(plan) as ep:
-        baseline = _outputs(ep.baseline_url, prompts, tag="base-c4-r0", concurrency=4)
-        pd = {c: _outputs(ep.pd_url, prompts, tag=f"pd-c{c}-r0", concurrency=c) for c in (1, 4)}
+        baseline = greedy_token_ids(ep.baseline_url, prompts, model=model, tag="base-c4-r0", concurrency=4,
+                                    max_tokens=MAX_TOKENS)
+        pd = {c: greedy_token_ids(ep.pd_url, prompts, model=model, tag=f"pd-c{c}-r0", concurrency=c, max_tokens=MAX_TOKENS)
+              for c in (1, 4)}
 
     decode, prefill = _markers(plan.decodes[0].plugin_dir), _markers(plan.prefills[0].plugin_dir)
     workers = [name for name in decode if name.startswith("VllmWorker")]
