@@ -34,7 +34,7 @@ def activate(environ: Mapping[str, str]) -> list[str]:
     if settings.disable_fixes is not None:
         from pdcheck.vllm_plugin import switches
 
-        applied += switches.install_from_env(environ)
+        applied += [f"disable-fix={name}" for name in switches.install_from_env(environ)]
     if settings.trace_dir is not None:
         from pdcheck.vllm_plugin import trace_recorder
 
