@@ -23,6 +23,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from pdcheck.errors import PortUnavailable
+
 log = logging.getLogger(__name__)
 
 PREFILL_KV_PARAMS: dict[str, Any] = {
@@ -242,6 +244,8 @@ class ProxyServer:
         self._thread = threading.Thread(target=self._serve, name="pdcheck-proxy", daemon=True)
         self._thread.start()
         self._ready.wait(30)
+        if isinstance(self._error, OSError):
+            raise PortUnavailable(f"the PD proxy could not listen on {self.host}:{self.port}: {self._error}") from self._error
         if self._error is not None:
             raise self._error
         return self

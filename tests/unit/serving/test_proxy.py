@@ -128,6 +128,20 @@ def test_health_reports_backends_and_metrics_count_requests():
         assert err.value.code == 503 and d.url in json.loads(err.value.read())["down"]
 
 
+def test_proxy_on_a_taken_port_raises_port_unavailable():
+    """Starting the in-process proxy on a port someone holds raises PortUnavailable naming it."""
+    import socket
+
+    from pdcheck.errors import PortUnavailable
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(PortUnavailable, match=f"127.0.0.1:{port}"):
+            ProxyServer(PdProxy(["http://127.0.0.1:1"], ["http://127.0.0.1:2"]), port=port).start()
+
+
 def test_proxy_binds_loopback_by_default():
     """Without an explicit host the proxy listens on 127.0.0.1 only."""
     with FakeOpenAIServer(prefiller) as p, ProxyServer(PdProxy([p.url], [p.url])) as proxy:
