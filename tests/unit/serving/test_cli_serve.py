@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from pdcheck.cli import main
 from pdcheck.errors import ExitCode
@@ -47,3 +55,50 @@ def test_proxy_on_a_taken_port_is_an_infra_error(capsys):
         rc = main(["proxy", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2", "--port", str(port)])
     assert rc == ExitCode.INFRA
     assert f"127.0.0.1:{port} is already in use" in capsys.readouterr().err
+
+
+def _stub_sweep(tmp_path, mode: str) -> str:
+    """A sweep whose arm's vLLM 'executable' is the stand-in server (same pid via exec)."""
+    from tests.unit.serving.test_process import STUB
+
+    launcher = tmp_path / "fake-vllm"
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {STUB} \"$@\"\n")
+    launcher.chmod(0o755)
+    (tmp_path / "pids").mkdir()
+    sweep = {
+        "name": "stub", "models": [{"name": "m", "path": "/models/m"}],
+        "environments": [{"name": "stub", "vllm": str(launcher)}],
+        "matrix": {"arms": [{"name": "s", "environment": "stub"}],
+                   "env": [{"STUB_MODE": mode, "STUB_PID_DIR": str(tmp_path / "pids")}]},
+        "serving": {"platform": "cpu", "ready_timeout_s": 60},
+    }
+    path = tmp_path / "stub.yaml"
+    path.write_text(json.dumps(sweep))  # JSON is YAML
+    return str(path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("phase", ["startup", "run"])
+def test_interrupting_pdcheck_up_leaves_no_child(tmp_path, sig, phase):
+    """`pdcheck up` interrupted (Ctrl-C or SIGTERM) while servers start or while it serves stops every server and child."""
+    from tests.unit.serving.test_process import alive, recorded_pids, wait_gone
+
+    sweep = _stub_sweep(tmp_path, "never-healthy" if phase == "startup" else "ok")
+    pdcheck = str(Path(sys.executable).with_name("pdcheck"))
+    proc = subprocess.Popen([pdcheck, "up", sweep, "--run-dir", str(tmp_path / "run")], stdout=subprocess.PIPE, text=True)
+    try:
+        if phase == "run":
+            assert proc.stdout.readline().startswith("baseline  http://127.0.0.1:")
+        deadline = time.monotonic() + 60
+        while len(recorded_pids(tmp_path / "pids")) < 6 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = recorded_pids(tmp_path / "pids")
+        assert len(pids) == 6 and all(alive(p) for p in pids)
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert wait_gone(pids) == []
+    assert rc == {("startup", signal.SIGINT): 130, ("startup", signal.SIGTERM): 143,
+                  ("run", signal.SIGINT): 0, ("run", signal.SIGTERM): 143}[(phase, sig)]
