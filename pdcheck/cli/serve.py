@@ -88,13 +88,13 @@ def up(sweep, cell_name, model, model_name, prefill_tp, decode_tp, prefill_insta
         raise click.exceptions.Exit(int(ExitCode.CONFIG if problems else ExitCode.OK))
     err_console.print(f"starting {cell.name}; logs in {run}/logs (Ctrl-C stops everything)")
     with serve_topology(plan, ready_timeout_s=ready_timeout) as endpoints:
-        console.print(f"baseline  {endpoints.baseline_url}")
-        console.print(f"pd proxy  {endpoints.pd_url}")
-        for url in endpoints.decoder_metrics_urls:
-            console.print(f"decoder metrics  {url}")
-        for name, path in endpoints.log_paths.items():
-            console.print(f"log {name}  {path}")
-        try:
+        try:  # Ctrl-C once everything is up is the normal way to stop: exit 0
+            console.print(f"baseline  {endpoints.baseline_url}")
+            console.print(f"pd proxy  {endpoints.pd_url}")
+            for url in endpoints.decoder_metrics_urls:
+                console.print(f"decoder metrics  {url}")
+            for name, path in endpoints.log_paths.items():
+                console.print(f"log {name}  {path}")
             while True:
                 time.sleep(1.0)
                 endpoints.check_alive()

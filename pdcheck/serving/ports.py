@@ -5,16 +5,24 @@ Each server takes a *slot*. A slot maps to one HTTP port, a block of side-channe
 the base for its internal sockets). The three ranges are disjoint, sit below Linux's
 ephemeral range (32768+), and are split per pytest-xdist worker, so parallel workers never
 pick the same ports. Inside one process a shared counter hands out slots, so several
-topologies at once never collide either. Every candidate is checked free by binding
-127.0.0.1 before it is handed out; a taken slot is skipped.
+topologies at once never collide either. Across processes (two pdcheck runs, or a test and a
+sweep, on one machine) a slot is claimed with an exclusive `flock` on a file in
+`$TMPDIR/pdcheck-ports/`, held until the process exits: a bind check alone is not enough,
+because vLLM binds its port only after a minute of imports, and another process checking in
+that minute would see the port free. Every candidate is also checked free by binding
+127.0.0.1; a taken or claimed slot is skipped.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
+import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
+from pathlib import Path
 
 from pdcheck.errors import PortUnavailable
 from pdcheck.serving.argv import ServerPorts
@@ -62,6 +70,8 @@ class PortAllocator:
     def __post_init__(self) -> None:
         self._next = 0
         self._lock = threading.Lock()
+        self._claims: dict[int, int] = {}  # slot -> fd holding its flock while this allocator lives
+        weakref.finalize(self, _release, self._claims)
 
     def server_ports(self, *, tp: int = 1) -> ServerPorts:
         """Ports for one vLLM server with `tp` ranks, all checked free."""
@@ -79,12 +89,27 @@ class PortAllocator:
                 slot = self._next
                 self._next = (self._next + 1) % SLOTS_PER_WORKER
                 ports = self.slot_ports(slot)
-                if usable(ports):
+                if self._claim(slot, ports.http) and usable(ports):
                     return ports
         raise PortUnavailable(
             f"all {SLOTS_PER_WORKER} port slots of range bucket {self.bucket} are in use "
             f"(HTTP {self.slot_ports(0).http}-{self.slot_ports(SLOTS_PER_WORKER - 1).http}); stop leftover servers"
         )
+
+    def _claim(self, slot: int, http_port: int) -> bool:
+        """True if this process holds (or now takes) the slot's cross-process claim."""
+        if slot in self._claims:
+            return True
+        claims = Path(tempfile.gettempdir()) / "pdcheck-ports"
+        claims.mkdir(exist_ok=True)
+        fd = os.open(claims / f"{http_port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._claims[slot] = fd
+        return True
 
     def slot_ports(self, slot: int) -> ServerPorts:
         index = self.bucket * SLOTS_PER_WORKER + slot
@@ -93,6 +118,12 @@ class PortAllocator:
             side_channel=SIDE_CHANNEL_BASE + index * SIDE_CHANNEL_STRIDE,
             vllm_port=VLLM_PORT_BASE + index * VLLM_PORT_STRIDE,
         )
+
+
+def _release(claims: dict[int, int]) -> None:
+    for fd in claims.values():
+        os.close(fd)
+    claims.clear()
 
 
 _default: PortAllocator | None = None
