@@ -321,9 +321,45 @@ class FreeRecord:
     """A request's blocks leaving it: at once, or deferred behind a fence step."""
 
     request_id: str
-    block_ids: tuple[tuple[int, ...], ...]
     deferred: bool
     fence_seq: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TraceStep:
+    """A dispatched step as the trace records it: block ids as the worker receives them (deltas).
+
+    ``requests`` rows are ``[request id, start, num tokens, block ids per group or None, mode]``;
+    mode "new" and "resumed" carry the whole table, "cached" only the blocks added this step.
+    Built from the SchedulerOutput alone, so recording costs no walk over the block tables.
+    """
+
+    fence_seq: int
+    requests: list[list[Any]]
+    zero_block_ids: list[int]
+    loads: list[LoadStart]
+    finished_ids: list[str]
+    preempted_ids: list[str]
+
+
+def trace_step(scheduler: Any, output: Any, loads: list[LoadStart]) -> TraceStep:
+    counts = output.num_scheduled_tokens
+    rows: list[list[Any]] = [
+        [new.req_id, new.num_computed_tokens, counts[new.req_id], new.block_ids, "new"] for new in output.scheduled_new_reqs
+    ]
+    cached = output.scheduled_cached_reqs
+    resumed = cached.resumed_req_ids
+    for i, request_id in enumerate(cached.req_ids):
+        mode = "resumed" if request_id in resumed else "cached"
+        rows.append([request_id, cached.num_computed_tokens[i], counts[request_id], cached.new_block_ids[i], mode])
+    return TraceStep(
+        fence_seq=getattr(scheduler, "sched_step_seq", 0),
+        requests=rows,
+        zero_block_ids=list(output.new_block_ids_to_zero or ()),
+        loads=loads,
+        finished_ids=sorted(output.finished_req_ids),
+        preempted_ids=sorted(output.preempted_req_ids or ()),
+    )
 
 
 def _tables(scheduler: Any, request_id: str) -> tuple[tuple[int, ...], ...]:
@@ -376,7 +412,7 @@ class TraceSink:
     """Callbacks the trace hooks call; each gets pdcheck records or plain values."""
 
     on_start: Callable[[tuple[GroupInfo, ...], bool, bool], None]  # groups, defer_block_free, needs_zeroing
-    on_step: Callable[[StepRecord], None]
+    on_step: Callable[[TraceStep], None]
     on_processed: Callable[[int, set[str], set[str], set[int]], None]  # num tokens, recving ok, failed, invalid
     on_free: Callable[[FreeRecord], None]
 
@@ -426,7 +462,7 @@ def trace_hooks(sink: TraceSink) -> Iterator[None]:
         def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
             output = orig(self, *args, **kwargs)
             loads = getattr(self, "_pdcheck_trace_loads", [])
-            sink.on_step(describe_step(self, output, list(loads)))
+            sink.on_step(trace_step(self, output, list(loads)))
             loads.clear()
             return output
 
@@ -449,8 +485,7 @@ def trace_hooks(sink: TraceSink) -> Iterator[None]:
         def wrapped(self: Any, request: Any) -> Any:
             can_free = getattr(self, "_request_blocks_can_be_freed", None)
             deferred = bool(can_free is not None and not can_free(request))
-            tables = _tables(self, request.request_id)
-            sink.on_free(FreeRecord(request.request_id, tables, deferred, getattr(self, "sched_step_seq", 0)))
+            sink.on_free(FreeRecord(request.request_id, deferred, getattr(self, "sched_step_seq", 0)))
             return orig(self, request)
 
         return wrapped

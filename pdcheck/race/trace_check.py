@@ -60,6 +60,7 @@ class _Segment:
         self.counter = counter
         self.in_flight: collections.OrderedDict[int, dict[str, set[int]]] = collections.OrderedDict()
         self.known: dict[str, set[int]] = collections.defaultdict(set)
+        self.tables: dict[str, list[list[int]]] = {}  # the worker's view: block ids per group
         self.outstanding_loads: dict[str, set[int]] = {}
         self.load_targets: dict[str, set[int]] = {}
         self.seen: set[tuple] = set()
@@ -103,20 +104,29 @@ class _Segment:
         self.steps += 1
         index = event["i"]
         self.lines.append(f"step {index}: " + " ".join(f"{r[0]}[{r[1]}:{r[1] + r[2]}]" for r in event["reqs"]))
-        for rid in list(event["preempted"]) + list(event["finished"]):
+        for rid in event.get("preempted", []) + event.get("finished", []):
             self.known.pop(rid, None)
         new_loads: set[str] = set()
-        for rid, tables, start, end in event["loads"]:
+        for rid, tables, start, end in event.get("loads", []):
             targets = self.load_blocks(tables, start, end)
             self.outstanding_loads[rid] = targets
             new_loads.add(rid)
             self.load_targets[rid] = targets
             self._check_reuse(index, rid, targets, consumer=True)
-        for rid, start, num, tables, _ in event["reqs"]:
+        written: dict[str, set[int]] = {}
+        for rid, start, num, delta, mode in event["reqs"]:
+            if mode != "cached" or rid not in self.tables:
+                self.tables[rid] = [list(g) for g in delta or ()]
+            elif delta is not None:
+                for table, added in zip(self.tables[rid], delta):
+                    table.extend(added)
+            tables = self.tables[rid]
             new = {b for table in tables for b in table if b} - self.known[rid]
             self._check_reuse(index, rid, new & self.fresh_blocks(start, tables), consumer=rid in self.load_targets)
             self.known[rid] |= new
-        zero = set(event["zero"])
+            if num > 0:
+                written[rid] = self.written_blocks(start, num, tables)
+        zero = set(event.get("zero", []))
         if zero:
             # A load this step starts is safe when no older step is in flight (synchronous
             # scheduling): the zeroing runs on an idle stream before the RDMA can land.
@@ -127,10 +137,11 @@ class _Segment:
                 if hit:
                     self._report(Kind.ZEROING_OF_LOAD_TARGET, index, hit, rid, "zeroing",
                                  f"step {index} zeroes blocks {sorted(hit)} while {rid}'s load into them is outstanding")
-        self.in_flight[index] = {r[0]: self.written_blocks(r[1], r[2], r[3]) for r in event["reqs"] if r[2] > 0}
+        self.in_flight[index] = written
 
     def free(self, event: dict[str, Any]) -> None:
         self.known.pop(event["rid"], None)
+        self.tables.pop(event["rid"], None)
 
     def _check_reuse(self, index: int, rid: str, blocks: set[int], *, consumer: bool) -> None:
         if not blocks:
@@ -147,7 +158,7 @@ class _Segment:
     def done(self, event: dict[str, Any]) -> None:
         if self.in_flight:
             self.in_flight.popitem(last=False)
-        for rid in list(event["ok"]) + list(event["failed"]):
+        for rid in event.get("ok", []) + event.get("failed", []):
             self.outstanding_loads.pop(rid, None)
 
     def _report(self, kind: Kind, step: int, blocks: set[int], victim: str, culprit: str, detail: str) -> None:

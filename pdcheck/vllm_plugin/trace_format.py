@@ -1,15 +1,19 @@
 """The scheduler trace format: one compact JSONL file per vLLM process, written by the trace recorder.
 
 Pure (no vLLM import): the recorder encodes with these functions and ``pdcheck trace check``
-decodes with them. Event lines, in the order the scheduler produced them:
+decodes with them. Event lines, in the order the scheduler produced them (list fields that would
+be empty are left out; readers default them to ``[]``):
 
 - ``{"e": "start", "schema_version", "pid", "t", "vllm", "groups": [[kind, block_size], ...], "defer_block_free", "needs_zeroing"}``
-- ``{"e": "step", "i", "fence", "t", "reqs": [[request_id, start, num_tokens, [[block ids] per group], incarnation], ...],
+- ``{"e": "step", "i", "fence", "t", "reqs": [[request_id, start, num_tokens, [[block ids] per group] or null, mode], ...],
   "zero": [block ids], "loads": [[request_id, [[block ids] per group], start, end], ...], "finished": [...], "preempted": [...]}``:
-  a dispatched step (``i`` counts from 1; ``fence`` is vLLM's sched_step_seq after it)
+  a dispatched step (``i`` counts from 1; ``fence`` is vLLM's sched_step_seq after it). Block ids are what
+  the worker receives: mode "new" or "resumed" gives the whole table, "cached" only the blocks added
+  (null: none), to be appended to the request's table
 - ``{"e": "done", "i", "t", "n", "ok": [...], "failed": [...], "invalid": [...]}``: the output of step ``i`` was
   processed (steps are processed first in, first out); ok/failed are connector loads it reported finished
-- ``{"e": "free", "rid", "blocks": [[...] per group], "deferred", "fence", "t"}``: a request's blocks left it
+- ``{"e": "free", "rid", "deferred", "fence", "t"}``: a request's blocks left it (at once, or deferred until
+  step ``fence`` is processed)
 """
 
 from __future__ import annotations

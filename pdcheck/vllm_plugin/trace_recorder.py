@@ -77,28 +77,31 @@ class TraceRecorder:
 
     def on_step(self, record: Any) -> None:
         self._steps += 1
-        self._write(
-            {
-                "e": "step",
-                "i": self._steps,
-                "fence": record.fence_seq,
-                "t": time.time(),
-                "reqs": [[r.request_id, r.start, r.num_tokens, r.block_ids, r.incarnation] for r in record.requests],
-                "zero": record.zero_block_ids,
-                "loads": [[ld.request_id, ld.block_ids, ld.start, ld.end] for ld in record.loads],
-                "finished": record.finished_ids,
-                "preempted": record.preempted_ids,
-            }
-        )
+        event: dict[str, Any] = {"e": "step", "i": self._steps, "fence": record.fence_seq, "t": time.time(), "reqs": record.requests}
+        # Empty lists are left out: most steps start no load, zero nothing and finish nothing.
+        if record.zero_block_ids:
+            event["zero"] = record.zero_block_ids
+        if record.loads:
+            event["loads"] = [[ld.request_id, ld.block_ids, ld.start, ld.end] for ld in record.loads]
+        if record.finished_ids:
+            event["finished"] = record.finished_ids
+        if record.preempted_ids:
+            event["preempted"] = record.preempted_ids
+        self._write(event)
 
     def on_processed(self, num_tokens: int, ok: set[str], failed: set[str], invalid: set[int]) -> None:
         self._processed += 1
-        self._write(
-            {"e": "done", "i": self._processed, "t": time.time(), "n": num_tokens, "ok": sorted(ok), "failed": sorted(failed), "invalid": sorted(invalid)}
-        )
+        event: dict[str, Any] = {"e": "done", "i": self._processed, "t": time.time(), "n": num_tokens}
+        if ok:
+            event["ok"] = sorted(ok)
+        if failed:
+            event["failed"] = sorted(failed)
+        if invalid:
+            event["invalid"] = sorted(invalid)
+        self._write(event)
 
     def on_free(self, record: Any) -> None:
-        self._write({"e": "free", "rid": record.request_id, "blocks": record.block_ids, "deferred": record.deferred, "fence": record.fence_seq, "t": time.time()})
+        self._write({"e": "free", "rid": record.request_id, "deferred": record.deferred, "fence": record.fence_seq, "t": time.time()})
 
 
 @contextlib.contextmanager
