@@ -1,0 +1,127 @@
+"""Server lifecycle with stand-in servers (tests/fakes/stub_server.py): readiness, crashes, teardown.
+
+The stand-in forks a child like vLLM's engine process and records both pids, so every test
+can check that nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pdcheck.errors import ServerCrashed, ServerStartTimeout
+from pdcheck.serving.ports import PortAllocator
+from pdcheck.serving.process import ServerProcess, stop_all, wait_all_ready
+
+STUB = str(Path(__file__).resolve().parents[2] / "fakes" / "stub_server.py")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it has no resources left, so it counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def recorded_pids(pid_dir: Path) -> list[int]:
+    return [int(p) for f in pid_dir.glob("*.pids") for p in f.read_text().split()]
+
+
+def wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def stub(tmp_path: Path, mode: str, port: int, *, grace_s: float = 5.0) -> ServerProcess:
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir(exist_ok=True)
+    return ServerProcess(
+        [sys.executable, STUB, "serve", "m", "--port", str(port)],
+        name=f"{mode}-0",
+        url=f"http://127.0.0.1:{port}",
+        log_path=tmp_path / "logs" / f"{mode}-0.log",
+        env={"STUB_MODE": mode, "STUB_PID_DIR": str(pid_dir)},
+        grace_s=grace_s,
+    )
+
+
+@pytest.fixture
+def ports(worker_index):
+    return PortAllocator(bucket=worker_index)
+
+
+def test_ready_server_stops_with_its_child(tmp_path, ports):
+    """A healthy server and the child it forked are both gone after stop()."""
+    with stub(tmp_path, "ok", ports.http_port()) as server:
+        server.wait_ready(timeout_s=20)
+        pids = recorded_pids(tmp_path / "pids")
+        assert len(pids) == 2 and all(alive(p) for p in pids)
+    assert wait_gone(pids) == []
+    assert (tmp_path / "logs" / "ok-0.log").read_text().startswith("stub server mode=ok")
+
+
+def test_crash_at_start_fails_fast_with_log_tail(tmp_path, ports):
+    """A server that exits during startup raises ServerCrashed at once, with exit code and log tail."""
+    t0 = time.monotonic()
+    with stub(tmp_path, "crash", ports.http_port()) as server, pytest.raises(ServerCrashed) as err:
+        server.wait_ready(timeout_s=60)
+    assert time.monotonic() - t0 < 15
+    assert err.value.returncode == 3 and err.value.role == "crash-0"
+    assert "told to crash at start" in err.value.log_tail and "crash-0.log" in str(err.value)
+
+
+def test_never_healthy_times_out_and_is_cleaned_up(tmp_path, ports):
+    """A server that never answers /health 200 gives ServerStartTimeout; its group is still stopped."""
+    with stub(tmp_path, "never-healthy", ports.http_port()) as server, pytest.raises(ServerStartTimeout, match="within 1.5 s"):
+        server.wait_ready(timeout_s=1.5)
+    assert wait_gone(recorded_pids(tmp_path / "pids")) == []
+
+
+def test_sigterm_ignoring_server_is_killed_after_grace(tmp_path, ports):
+    """Teardown escalates to SIGKILL when the group ignores SIGTERM past the grace period."""
+    server = stub(tmp_path, "ignore-term", ports.http_port(), grace_s=1.0)
+    with server:
+        server.wait_ready(timeout_s=20)
+        pids = recorded_pids(tmp_path / "pids")
+        t0 = time.monotonic()
+    assert server.returncode() == -signal.SIGKILL
+    assert 0.9 < time.monotonic() - t0 < 8
+    assert wait_gone(pids) == []
+
+
+def test_port_already_taken_is_a_crash_naming_the_server(tmp_path, ports):
+    """A server whose port someone else holds exits; the error names it and shows why."""
+    port = ports.http_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        with stub(tmp_path, "ok", port) as server, pytest.raises(ServerCrashed, match="ok-0 exited") as err:
+            server.wait_ready(timeout_s=20)
+    assert "Address already in use" in err.value.log_tail
+
+
+def test_one_crash_among_several_fails_the_wait_and_stop_all_cleans_up(tmp_path, ports):
+    """Parallel start: the first crash fails the whole wait, and stop_all leaves no process."""
+    servers = [stub(tmp_path, "ok", ports.http_port()), stub(tmp_path, "crash", ports.http_port())]
+    try:
+        for s in servers:
+            s.start()
+        with pytest.raises(ServerCrashed, match="crash-0"):
+            wait_all_ready(servers, timeout_s=30)
+    finally:
+        stop_all(servers)
+    assert wait_gone(recorded_pids(tmp_path / "pids")) == []

@@ -1,0 +1,127 @@
+"""Topologies of stand-in servers: PD through the proxy, a decoder dying mid-run, the plugin check,
+attach mode, and no process left after Ctrl-C or SIGTERM to pdcheck during startup or a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pdcheck.errors import ConfigError, InfraError, ServerCrashed
+from pdcheck.serving import attach, plan_topology, serve_pd, serve_topology
+from pdcheck.serving.gpus import GpuInventory
+from pdcheck.serving.ports import PortAllocator
+
+from tests.unit.serving.conftest import make_cell
+from tests.unit.serving.test_process import STUB, alive, recorded_pids, wait_gone
+
+NO_GPUS = GpuInventory((), "none")
+
+
+def stub_plan(tmp_path: Path, bucket: int, *, mode: str = "ok", arm: str = "fixes-on"):
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir(exist_ok=True)
+    cell = make_cell(
+        matrix={"arms": [arm], "env": [{"STUB_MODE": mode, "STUB_PID_DIR": str(pid_dir)}]},
+        serving={"platform": "cpu", "ready_timeout_s": 30},
+    )
+    return plan_topology(cell, inventory=NO_GPUS, ports=PortAllocator(bucket=bucket), run_dir=tmp_path, launcher=[sys.executable, STUB])
+
+
+def complete(url: str) -> tuple[int, dict]:
+    req = urllib.request.Request(url + "/v1/completions", data=b'{"prompt": "Q", "max_tokens": 4}', headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_pd_through_proxy_then_decoder_dies_mid_run(tmp_path, worker_index):
+    """Requests flow prefill→decode via the proxy; a decoder that dies gives 502 (side decode) and check_alive raises."""
+    plan = stub_plan(tmp_path, worker_index)
+    with serve_topology(plan) as endpoints:
+        assert complete(endpoints.pd_url)[0] == 200
+        assert complete(endpoints.baseline_url)[0] == 200
+        assert set(endpoints.log_paths) == {"prefill-0", "decode-0", "baseline-0"}
+        decoder = [s for s in endpoints.servers if s.name == "decode-0"][0]
+        os.killpg(decoder.pid, signal.SIGKILL)
+        decoder._proc.wait()
+        status, body = complete(endpoints.pd_url)
+        assert status == 502 and body["error"]["side"] == "decode"
+        with pytest.raises(ServerCrashed, match="decode-0"):
+            endpoints.check_alive()
+        pids = recorded_pids(tmp_path / "pids")
+    assert wait_gone(pids) == []
+
+
+def test_arm_needing_the_plugin_is_refused_without_activation_markers(tmp_path, worker_index):
+    """A fixes-off arm whose servers wrote no plugin marker is an InfraError, and nothing is left running."""
+    plan = stub_plan(tmp_path, worker_index, arm="fixes-off")
+    with pytest.raises(InfraError, match="plugin did not activate on prefill-0"):
+        with serve_pd(plan):
+            pass
+    assert wait_gone(recorded_pids(tmp_path / "pids")) == []
+
+
+def test_attach_mode_normalises_and_validates_urls():
+    """Attach takes user URLs (a trailing /v1 dropped, metrics URL completed) and rejects non-URLs."""
+    ep = attach(baseline_url="http://10.0.0.5:8000/v1/", pd_url="https://pd.example:443", decoder_metrics_urls=["http://10.0.0.7:8200"])
+    assert (ep.baseline_url, ep.pd_url, ep.decoder_metrics_urls, ep.attached) == (
+        "http://10.0.0.5:8000", "https://pd.example:443", ("http://10.0.0.7:8200/metrics",), True,
+    )
+    ep.check_alive()  # nothing pdcheck started: nothing to check
+    with pytest.raises(ConfigError, match="--pd-url 'localhost:8000' is not an http"):
+        attach(baseline_url=None, pd_url="localhost:8000")
+    with pytest.raises(ConfigError, match="needs --baseline-url"):
+        attach(baseline_url=None, pd_url=None)
+
+
+DRIVER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, {root!r})
+    from tests.unit.serving.test_topology import stub_plan
+    from pdcheck.serving import serve_topology
+    plan = stub_plan(Path({tmp!r}), {bucket}, mode={mode!r})
+    with serve_topology(plan) as endpoints:
+        print("READY", flush=True)
+        import time
+        time.sleep(120)
+    """
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("phase", ["startup", "run"])
+def test_interrupting_pdcheck_leaves_no_child(tmp_path, worker_index, sig, phase):
+    """Ctrl-C or SIGTERM to a pdcheck process, while servers start or while they serve, stops every server and child."""
+    root = str(Path(__file__).resolve().parents[3])
+    mode = "never-healthy" if phase == "startup" else "ok"
+    code = DRIVER.format(root=root, tmp=str(tmp_path), bucket=worker_index, mode=mode)
+    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=root)
+    try:
+        pid_dir = tmp_path / "pids"
+        deadline = time.monotonic() + 60
+        while len(recorded_pids(pid_dir)) < 6 and time.monotonic() < deadline:  # 3 servers, each with a child
+            time.sleep(0.1)
+        if phase == "run":
+            assert driver.stdout.readline().strip() == "READY"
+        pids = recorded_pids(pid_dir)
+        assert len(pids) == 6 and all(alive(p) for p in pids)
+        driver.send_signal(sig)
+        rc = driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert rc != 0
+    assert wait_gone(pids) == []
