@@ -39,7 +39,7 @@ def recorded_pids(pid_dir: Path) -> list[int]:
     return [int(p) for f in pid_dir.glob("*.pids") for p in f.read_text().split()]
 
 
-def wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+def wait_gone(pids: list[int], timeout_s: float = 30.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)

@@ -115,13 +115,14 @@ def test_interrupting_pdcheck_leaves_no_child(tmp_path, worker_index, sig, phase
         while len(recorded_pids(pid_dir)) < 6 and time.monotonic() < deadline:  # 3 servers, each with a child
             time.sleep(0.1)
         if phase == "run":
-            assert driver.stdout.readline().strip() == "READY"
+            line = driver.stdout.readline().strip()
+            assert line == "READY", f"driver said {line!r} (exit {driver.poll()})"
         pids = recorded_pids(pid_dir)
-        assert len(pids) == 6 and all(alive(p) for p in pids)
+        assert len(pids) == 6 and all(alive(p) for p in pids), f"pids {pids}, alive {[alive(p) for p in pids]}"
         driver.send_signal(sig)
         rc = driver.wait(timeout=60)
     finally:
         if driver.poll() is None:
             driver.kill()
     assert rc != 0
-    assert wait_gone(pids) == []
+    assert wait_gone(pids) == [], "a server or its child outlived the interrupted pdcheck process"
