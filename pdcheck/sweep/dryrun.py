@@ -21,7 +21,7 @@ class DryRun:
 
 
 def dry_run(prepared: PreparedSweep, *, check_argv: bool = True) -> DryRun:
-    from pdcheck.serving import check_serve_argv
+    from pdcheck.serving.argcheck import check_serve_argvs
     from pdcheck.serving.environment import probe_vllm
     from pdcheck.sweep.serving_backend import ServingBackend
 
@@ -30,9 +30,10 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True) -> DryRun:
     waves = pack(jobs, gpu_indices=backend.gpu_indices)
     lines = [f"# sweep {prepared.spec.name} ({prepared.path}), {len(prepared.cells)} cells, "
              f"{len(jobs)} server starts in {len(waves)} waves; results would go to {prepared.out}"]
-    problems: list[str] = []
     checked: dict[str, bool] = {}
-    seen: dict[tuple, list[str]] = {}
+    # Per python, one real argv per distinct command line (ports differ, the flags mostly do
+    # not), and the servers that run it.
+    pending: dict[str, dict[tuple[str, ...], tuple[list[str], list[str]]]] = {}
     for cell in prepared.cells:
         lines += ["", f"## {cell.name}  id {cell.id}  canary={cell.arm.canary}  concurrency={list(cell.concurrency)}"]
         plan = backend.plan(cell, cell_dir=prepared.out / "cells" / cell.dirname)
@@ -46,11 +47,15 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True) -> DryRun:
             lines.append(f"# argv not checked: {python} cannot import vllm")
             continue
         for server in plan.servers:
-            # One parser run per distinct command line: ports differ, the flags mostly do not.
-            key = (python, _without_port(server.argv))
-            if key not in seen:
-                seen[key] = check_serve_argv(list(server.argv), python)
-            problems += [f"{cell.name} {server.name}: {p}" for p in seen[key]]
+            argv, users = pending.setdefault(python, {}).setdefault(
+                _without_port(server.argv), (list(server.argv), []))
+            users.append(f"{cell.name} {server.name}")
+    problems: list[str] = []
+    for python, argvs in pending.items():
+        # One vLLM import per python for every command line it will run.
+        results = check_serve_argvs([argv for argv, _ in argvs.values()], python)
+        for (_, users), found in zip(argvs.values(), results, strict=True):
+            problems += [f"{user}: {p}" for user in users for p in found]
     if problems:
         lines += ["", "# problems found by vLLM's argument parser:", *(f"- {p}" for p in problems)]
     return DryRun("\n".join(lines), tuple(problems), len(jobs))
