@@ -142,27 +142,42 @@ def _proxied(plan: TopologyPlan, procs: tuple[ServerProcess, ...]) -> Iterator[E
 
 
 def check_plugin_active(servers: Sequence[ServerPlan]) -> None:
-    """`InfraError` unless every PD server's plugin wrote its activation marker.
+    """`InfraError` unless each PD server's plugin is active in the process that does the work.
 
     An arm that disables fixes or injects faults tests nothing if vLLM skipped the plugin
-    (it only logs a plugin import error), so the arm is not trusted without the marker.
+    (it only logs a plugin import error), so the arm is not trusted without markers: fix
+    switches act in the scheduler (EngineCore), injection in the worker (VllmWorker-*).
     """
-    missing = []
-    for server in servers:
-        markers = sorted(server.plugin_dir.glob("activation-*.json"))
-        if not markers or not all(_readable_json(m) for m in markers):
-            missing.append(f"{server.name} ({server.plugin_dir})")
+    missing = [problem for server in servers if (problem := _plugin_problem(server)) is not None]
     if missing:
         raise InfraError(
-            "pdcheck's vLLM plugin did not activate on " + ", ".join(missing)
-            + "; the arm's switches or injections would not apply. Install pdcheck in the servers' python "
-            "(it registers the vllm.general_plugins entry point) and check the server logs for a plugin error."
+            "pdcheck's vLLM plugin did not activate as the arm needs: " + "; ".join(missing)
+            + ". Install pdcheck in the servers' python (it registers the vllm.general_plugins entry "
+            "point) and check the server logs for a plugin error."
         )
 
 
-def _readable_json(path) -> bool:
+def _plugin_problem(server: ServerPlan) -> str | None:
+    markers = [m for m in map(_read_json, sorted(server.plugin_dir.glob("activation-*.json"))) if m is not None]
+    where = f"{server.name} ({server.plugin_dir})"
+    if not markers:
+        return f"{where}: no activation marker"
+    if server.env.get("PDCHECK_INJECT"):
+        workers = [m for m in markers if str(m.get("process_name", "")).startswith("VllmWorker")]
+        if not any(any(sw.startswith("inject=") for sw in m.get("switches", ())) for m in workers):
+            return f"{where}: no worker process applied the injection"
+    for fix in filter(None, server.env.get("PDCHECK_DISABLE_FIXES", "").split(",")):
+        cores = [m for m in markers if str(m.get("process_name", "")).startswith("EngineCore")]
+        # A vLLM that predates the fix runs without it anyway; the marker says it is absent.
+        if not any(f"disable-fix={fix}" in m.get("switches", ()) or (m.get("fixes_present") or {}).get(fix) is False
+                   for m in cores):
+            return f"{where}: the scheduler process did not switch off the {fix} fix"
+    return None
+
+
+def _read_json(path) -> dict | None:
     try:
-        json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return False
-    return True
+        return None
+    return data if isinstance(data, dict) else None

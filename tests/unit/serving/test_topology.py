@@ -66,10 +66,42 @@ def test_pd_through_proxy_then_decoder_dies_mid_run(tmp_path, worker_index):
 def test_arm_needing_the_plugin_is_refused_without_activation_markers(tmp_path, worker_index):
     """A fixes-off arm whose servers wrote no plugin marker is an InfraError, and nothing is left running."""
     plan = stub_plan(tmp_path, worker_index, arm="fixes-off")
-    with pytest.raises(InfraError, match="plugin did not activate on prefill-0"):
+    with pytest.raises(InfraError, match=r"plugin did not activate as the arm needs: prefill-0 .*no activation marker"):
         with serve_pd(plan):
             pass
     assert wait_gone(recorded_pids(tmp_path / "pids")) == []
+
+
+def _marker(plugin_dir, pid, process_name, switches, fixes_present=None):
+    plugin_dir.mkdir(parents=True, exist_ok=True)
+    (plugin_dir / f"activation-{pid}.json").write_text(json.dumps(
+        {"pid": pid, "process_name": process_name, "switches": switches, "fixes_present": fixes_present or {}}))
+
+
+def test_plugin_markers_must_come_from_the_process_that_does_the_work(tmp_path):
+    """Injection counts only if a worker applied it; a fix switch only if the scheduler (EngineCore) did."""
+    from pdcheck.serving.topology import check_plugin_active
+
+    plan = stub_plan(tmp_path, 0, arm="inject-zero")
+    decode = plan.decodes[0]
+    for server in plan.prefills:
+        _marker(server.plugin_dir, 1, "EngineCore", [])
+    _marker(decode.plugin_dir, 2, "MainProcess", ["inject=zero-loaded-kv:0.5:seed=0"])
+    with pytest.raises(InfraError, match="decode-0 .*no worker process applied the injection"):
+        check_plugin_active([*plan.prefills, decode])
+    _marker(decode.plugin_dir, 3, "VllmWorker-0", ["inject=zero-loaded-kv:0.5:seed=0"])
+    check_plugin_active([*plan.prefills, decode])
+
+    (tmp_path / "off").mkdir()
+    off = stub_plan(tmp_path / "off", 0, arm="fixes-off")
+    for server in [*off.prefills, *off.decodes]:
+        _marker(server.plugin_dir, 4, "EngineCore", ["disable-fix=block-reuse"])
+    with pytest.raises(InfraError, match="did not switch off the zeroing fix"):
+        check_plugin_active([*off.prefills, *off.decodes])
+    for server in [*off.prefills, *off.decodes]:
+        # A vLLM without the zeroing fix: nothing to switch off, and the marker says so.
+        _marker(server.plugin_dir, 4, "EngineCore", ["disable-fix=block-reuse"], {"zeroing": False})
+    check_plugin_active([*off.prefills, *off.decodes])
 
 
 def test_attach_mode_normalises_and_validates_urls():
