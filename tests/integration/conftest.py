@@ -91,15 +91,15 @@ def _pd_topologies() -> Iterator[_OneTopologyAtATime]:
 
 
 @pytest.fixture(autouse=True)
-def _servers_one_set_at_a_time(request, _pd_topologies) -> None:
+def _servers_one_set_at_a_time(request) -> None:
     """A server test that starts its own servers first stops the shared topology.
 
-    Without this a test's own servers (evals, plugin, sweep) would run beside the shared
-    three and double the servers on a 2-core, 24 GiB machine.
+    Without this a test's own servers (plugin, sweep) would run beside the shared three and
+    double the servers on a 2-core, 24 GiB machine. Tests that use the shared topology (any
+    fixture built on `_pd_topologies`) keep it.
     """
-    shared = {"llama_pd", "granite_pd"} & set(request.fixturenames)
-    if "servers" in request.keywords and not shared:
-        _pd_topologies.close()
+    if "servers" in request.keywords and "_pd_topologies" not in request.fixturenames:
+        request.getfixturevalue("_pd_topologies").close()
 
 
 @pytest.fixture
