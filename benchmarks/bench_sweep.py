@@ -63,8 +63,11 @@ class LockedBackend:
     def baseline(self, cell, *, gpus, cell_dir):
         return self._held(self.inner.baseline(cell, gpus=gpus, cell_dir=cell_dir))
 
-    def pd(self, cell, *, gpus, cell_dir):
-        return self._held(self.inner.pd(cell, gpus=gpus, cell_dir=cell_dir))
+    def pd(self, cell, *, gpus, cell_dir, prefill_key=None):
+        return self._held(self.inner.pd(cell, gpus=gpus, cell_dir=cell_dir, prefill_key=prefill_key))
+
+    def close(self):
+        self.inner.close()
 
 
 def sweep_spec(models: int, concurrency: list[int], limit: int) -> dict:

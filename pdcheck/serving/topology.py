@@ -107,10 +107,27 @@ def serve_baseline(plan: TopologyPlan, *, ready_timeout_s: float | None = None) 
 
 
 @contextlib.contextmanager
-def serve_pd(plan: TopologyPlan, *, ready_timeout_s: float | None = None) -> Iterator[Endpoints]:
-    """Prefill and decode servers plus the PD proxy (in a thread), up until the block ends."""
-    servers = [*plan.prefills, *plan.decodes]
-    with _running(servers, timeout_s=ready_timeout_s or plan.ready_timeout_s) as procs, _proxied(plan, procs) as endpoints:
+def serve_prefills(plan: TopologyPlan, *, ready_timeout_s: float | None = None) -> Iterator[tuple[ServerProcess, ...]]:
+    """The prefill servers alone, up until the block ends, for a caller that keeps them across
+    decoder-only changes (pass them to `serve_pd(prefills=...)`)."""
+    with _running(plan.prefills, timeout_s=ready_timeout_s or plan.ready_timeout_s) as procs:
+        yield procs
+
+
+@contextlib.contextmanager
+def serve_pd(
+    plan: TopologyPlan, *, ready_timeout_s: float | None = None, prefills: Sequence[ServerProcess] = ()
+) -> Iterator[Endpoints]:
+    """Prefill and decode servers plus the PD proxy (in a thread), up until the block ends.
+
+    `prefills`: processes already serving `plan.prefills` (from `serve_prefills`); then only the
+    decoders start and stop here, and the caller stops the prefills.
+    """
+    if prefills and [p.url for p in prefills] != [s.url for s in plan.prefills]:
+        raise ValueError("serve_pd(prefills=...) must be the running servers of plan.prefills")
+    servers = plan.decodes if prefills else (*plan.prefills, *plan.decodes)
+    with _running(servers, timeout_s=ready_timeout_s or plan.ready_timeout_s) as procs, \
+            _proxied(plan, (*prefills, *procs)) as endpoints:
         yield endpoints
 
 

@@ -41,8 +41,15 @@ class Backend(Protocol):
     def baseline(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> contextlib.AbstractContextManager[str]:
         """Start the no-PD baseline; yields its URL; stops it on exit."""
 
-    def pd(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> contextlib.AbstractContextManager[PdEndpoints]:
-        """Start prefill(s) + decode(s) + proxy; yields the endpoints; stops them on exit."""
+    def pd(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path,
+           prefill_key: str | None = None) -> contextlib.AbstractContextManager[PdEndpoints]:
+        """Start prefill(s) + decode(s) + proxy; yields the endpoints; stops them on exit.
+
+        Jobs with the same `prefill_key` may share prefill servers, kept up until `close()`.
+        """
+
+    def close(self) -> None:
+        """Stop whatever was kept up between jobs; the engine calls it when its jobs end."""
 
 
 @dataclass
@@ -68,5 +75,8 @@ class AttachBackend:
         yield self.baseline_url
 
     @contextlib.contextmanager
-    def pd(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> Iterator[PdEndpoints]:
+    def pd(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path, prefill_key: str | None = None) -> Iterator[PdEndpoints]:
         yield PdEndpoints(self.pd_url, self.decoder_metrics_urls, self.plugin_dirs)
+
+    def close(self) -> None:
+        pass

@@ -109,13 +109,16 @@ class Engine:
         self.progress.cells_total = len(cells)
         self.progress.questions_total = sum(self._questions(u) for j in jobs for u in j.units)
         self.progress.emit("planned", f"{len(cells)} cells, {len(jobs)} topologies, {len(waves)} waves")
-        for wave in waves:
-            if len(wave) == 1:
-                self._run_job(wave[0])
-            else:
-                with ThreadPoolExecutor(max_workers=len(wave)) as pool:
-                    for fut in [pool.submit(self._run_job, p) for p in wave]:
-                        fut.result()
+        try:
+            for wave in waves:
+                if len(wave) == 1:
+                    self._run_job(wave[0])
+                else:
+                    with ThreadPoolExecutor(max_workers=len(wave)) as pool:
+                        for fut in [pool.submit(self._run_job, p) for p in wave]:
+                            fut.result()
+        finally:
+            self.backend.close()
         for cell in cells:
             self._judge_cell(cell)
         return len(jobs)
@@ -162,7 +165,7 @@ class Engine:
                         for unit in pending:
                             self._run_unit(cell, cs, unit, url, None)
                 else:
-                    with self.backend.pd(cell, gpus=placement.gpus, cell_dir=cs.dir) as endpoints:
+                    with self.backend.pd(cell, gpus=placement.gpus, cell_dir=cs.dir, prefill_key=job.prefill_key) as endpoints:
                         self._count_start()
                         for unit in self._pending(job):
                             if (unit.cell_id, unit.concurrency) in self._stopped:

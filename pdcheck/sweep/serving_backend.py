@@ -4,27 +4,46 @@ A job runs either a cell's baseline or its PD part on the GPU set the sweep plan
 `plan_topology` assigns GPUs to every role of a cell at once, so the job's GPUs are put in
 the positions of the roles it starts, and placeholders (index -1, never started) in the
 others.
+
+Prefill servers outlive their job when the next PD job has the same prefill key on the same
+devices (arms that change only the decoder, such as injections): a prefill start is tens of
+seconds on CPU and minutes on GPU. They are held idle at most until the backend's next start
+of anything else, or `close()`, so they never take cores or GPUs another job was planned on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
+import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pdcheck.config import Cell
 from pdcheck.serving.environment import VllmEnvironment, probe_vllm
 from pdcheck.serving.gpus import Gpu, GpuInventory, read_inventory
-from pdcheck.serving import TopologyPlan, plan_topology, serve_baseline, serve_pd
-from pdcheck.serving.plan import resolve_platform
+from pdcheck.serving import TopologyPlan, plan_topology, serve_baseline, serve_pd, serve_prefills
+from pdcheck.serving.plan import ServerPlan, resolve_platform
+from pdcheck.serving.process import ServerProcess
 from pdcheck.serving.ports import PortAllocator, default_allocator
 from pdcheck.sweep.backends import PdEndpoints
 from pdcheck.sweep.store import Provenance
 
 _PLACEHOLDER = Gpu(-1, "not started by this job")
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Prefills:
+    """Running prefill servers: what they are (key), their plans, processes, and how to stop them."""
+
+    key: tuple[str, tuple[int, ...]]
+    plans: tuple[ServerPlan, ...]
+    processes: tuple[ServerProcess, ...]
+    stack: contextlib.ExitStack
 
 
 @dataclass
@@ -32,6 +51,8 @@ class ServingBackend:
     inventory: GpuInventory
     ports: PortAllocator = field(default_factory=default_allocator)
     _environments: dict[str, VllmEnvironment] = field(default_factory=dict)
+    _held: _Prefills | None = None
+    _held_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def for_cells(cls, cells: Sequence[Cell], *, run_dir: Path | None = None) -> ServingBackend:
@@ -67,18 +88,52 @@ class ServingBackend:
     @contextlib.contextmanager
     def baseline(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> Iterator[str]:
         plan = self.plan(cell, cell_dir=cell_dir, side="baseline", gpus=gpus)
+        self._take_held(None)
         with serve_baseline(plan) as endpoints:
             yield endpoints.baseline_url
 
     @contextlib.contextmanager
-    def pd(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> Iterator[PdEndpoints]:
+    def pd(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path, prefill_key: str | None = None) -> Iterator[PdEndpoints]:
+        """`prefill_key`: jobs with equal keys may share prefill servers (None: this job's own)."""
         plan = self.plan(cell, cell_dir=cell_dir, side="pd", gpus=gpus)
-        with serve_pd(plan) as endpoints:
-            yield PdEndpoints(
-                endpoints.pd_url, endpoints.decoder_metrics_urls,
-                plugin_dirs=tuple(s.plugin_dir for s in plan.decodes),
-                check_alive=endpoints.check_alive,
-            )
+        key = (prefill_key, gpus[: cell.prefill_instances * cell.prefill_tp]) if prefill_key else None
+        prefills = self._take_held(key) or self._start_prefills(plan, key)
+        try:
+            plan = replace(plan, prefills=prefills.plans)
+            with serve_pd(plan, prefills=prefills.processes) as endpoints:
+                yield PdEndpoints(
+                    endpoints.pd_url, endpoints.decoder_metrics_urls,
+                    plugin_dirs=tuple(s.plugin_dir for s in plan.decodes),
+                    check_alive=endpoints.check_alive,
+                )
+        except BaseException:
+            prefills.stack.close()  # a prefill may be why the job failed: never hand it on
+            raise
+        if key is None:
+            prefills.stack.close()
+        else:
+            self._held = prefills
+
+    def close(self) -> None:
+        """Stop the prefill servers held for a next job."""
+        self._take_held(None)
+
+    def _take_held(self, key: tuple[str, tuple[int, ...]] | None) -> _Prefills | None:
+        """The held prefills if their key is `key`; otherwise stop them (freeing their cores or GPUs)."""
+        with self._held_lock:
+            held, self._held = self._held, None
+        if held is not None and key is not None and held.key == key and all(p.is_healthy() for p in held.processes):
+            log.info("reusing the running prefill servers (%s)", ", ".join(p.url for p in held.processes))
+            return held
+        if held is not None:
+            held.stack.close()
+        return None
+
+    @staticmethod
+    def _start_prefills(plan: TopologyPlan, key: tuple[str, tuple[int, ...]] | None) -> _Prefills:
+        stack = contextlib.ExitStack()
+        processes = stack.enter_context(serve_prefills(plan))
+        return _Prefills(key, plan.prefills, processes, stack)
 
     def _inventory_for(self, cell: Cell, side: str | None, gpus: tuple[int, ...]) -> GpuInventory:
         if side is None or resolve_platform(cell, self.inventory) == "cpu":

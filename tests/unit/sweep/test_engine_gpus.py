@@ -42,9 +42,12 @@ class RecordingGpuBackend:
             yield self.baseline_url
 
     @contextlib.contextmanager
-    def pd(self, cell, *, gpus, cell_dir):
+    def pd(self, cell, *, gpus, cell_dir, prefill_key=None):
         with self._hold(f"pd {cell.name}", gpus):
             yield PdEndpoints(self.pd_url)
+
+    def close(self):
+        pass
 
 
 def test_wave_jobs_overlap_only_on_disjoint_gpus(sweep_file, servers, tmp_path):

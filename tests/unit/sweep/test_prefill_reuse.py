@@ -1,0 +1,104 @@
+"""The serving backend keeps prefill servers up between PD jobs with the same prefill key, and only then.
+
+Stand-in servers (tests/fakes/stub_server.py) replace vLLM; each writes its pids to a file, so
+the tests count starts and check that nothing is left running.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import sys
+import urllib.request
+
+import pytest
+
+from pdcheck.serving import plan_topology
+from pdcheck.serving.gpus import GpuInventory
+from pdcheck.serving.ports import PortAllocator
+from pdcheck.sweep import serving_backend
+from pdcheck.sweep.serving_backend import ServingBackend
+
+from tests.unit.serving.conftest import make_cell
+from tests.unit.serving.test_process import STUB, alive, recorded_pids, wait_gone
+
+
+@pytest.fixture
+def backend(tmp_path, worker_index, monkeypatch):
+    monkeypatch.setattr(serving_backend, "plan_topology", functools.partial(plan_topology, launcher=[sys.executable, STUB]))
+    made = ServingBackend(GpuInventory((), "none"), ports=PortAllocator(bucket=worker_index))
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def cell(tmp_path):
+    (tmp_path / "pids").mkdir()
+    return make_cell(matrix={"env": [{"STUB_PID_DIR": str(tmp_path / "pids")}]},
+                     serving={"platform": "cpu", "ready_timeout_s": 30})
+
+
+def _servers(tmp_path) -> dict[int, int]:
+    """port -> server pid of every stand-in started so far."""
+    return {int(f.stem): int(f.read_text().split()[0]) for f in (tmp_path / "pids").glob("*.pids")}
+
+
+def _ask(url: str) -> str:
+    req = urllib.request.Request(url + "/v1/completions", data=b'{"prompt": "Q", "max_tokens": 4}',
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=20) as resp:
+        return json.loads(resp.read())["choices"][0]["text"]
+
+
+def test_same_prefill_key_keeps_the_prefiller_and_restarts_only_the_decoder(backend, cell, tmp_path):
+    with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key="k") as first:
+        assert _ask(first.url).startswith("stub ")
+    after_first = _servers(tmp_path)
+    assert len(after_first) == 2
+    with backend.pd(cell, gpus=(), cell_dir=tmp_path / "b", prefill_key="k") as second:
+        assert _ask(second.url).startswith("stub ")
+    after_second = _servers(tmp_path)
+    assert len(after_second) == 3, "only a new decoder starts"
+    (first_prefill,) = [pid for pid in after_first.values() if alive(pid)]
+    assert alive(first_prefill), "the prefiller is held for a next job with the same key"
+
+    with backend.pd(cell, gpus=(), cell_dir=tmp_path / "c", prefill_key="other") as third:
+        assert _ask(third.url).startswith("stub ")
+    assert len(_servers(tmp_path)) == 5, "another prefill key starts its own prefiller"
+    assert wait_gone([first_prefill]) == [], "the prefiller of the old key was stopped"
+
+    backend.close()
+    assert wait_gone(recorded_pids(tmp_path / "pids")) == []
+
+
+def test_a_baseline_start_stops_the_held_prefiller_first(backend, cell, tmp_path):
+    with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key="k"):
+        pass
+    held = [pid for pid in _servers(tmp_path).values() if alive(pid)]
+    with backend.baseline(cell, gpus=(), cell_dir=tmp_path / "b") as url:
+        assert wait_gone(held) == [], "cores (or GPUs) go back before the baseline starts"
+        assert _ask(url).startswith("stub ")
+
+
+def test_without_a_key_or_after_a_failure_the_prefiller_stops_with_its_job(backend, cell, tmp_path):
+    with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key=None):
+        pass
+    assert wait_gone(recorded_pids(tmp_path / "pids")) == []
+
+    with pytest.raises(RuntimeError, match="eval failed"):
+        with backend.pd(cell, gpus=(), cell_dir=tmp_path / "b", prefill_key="k"):
+            raise RuntimeError("eval failed")
+    assert wait_gone(recorded_pids(tmp_path / "pids")) == [], "a failed job hands no server on"
+
+
+def test_a_held_prefiller_that_died_is_replaced(backend, cell, tmp_path):
+    with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key="k"):
+        pass
+    (held,) = [pid for pid in _servers(tmp_path).values() if alive(pid)]
+    os.killpg(held, signal.SIGKILL)
+    assert wait_gone([held]) == []
+    with backend.pd(cell, gpus=(), cell_dir=tmp_path / "b", prefill_key="k") as endpoints:
+        assert _ask(endpoints.url).startswith("stub ")
+    assert len(_servers(tmp_path)) == 4, "a new prefiller and decoder"
