@@ -3,7 +3,8 @@
 All three ask the same GSM8K questions (5-shot prompts) of one instant fake OpenAI server on
 127.0.0.1, which runs in its own process so that it does not share the client's GIL:
 
-- floor: a minimal aiohttp loop, a semaphore of N, the same prompts built per request, nothing\n  recorded or scored;
+- floor: a minimal aiohttp loop, a semaphore of N, the same prompts built per request, nothing
+  recorded or scored;
 - pdcheck: `run_eval` (prompts, scoring, records appended to a JSONL file, summary);
 - lm-eval: `local-completions` with the same num_concurrent, through pdcheck's lm-eval engine.
 
@@ -181,13 +182,16 @@ def main() -> int:
         "pdcheck_cpu_s": round(statistics.median(pdcheck_cpu), 4),
         "pdcheck_speedup_vs_lmeval": None if lmeval is None else round(lmeval / pdcheck_s, 1),
         "memory": memory,
+        # The machine is shared: the 1-minute load average when the runs ended, to read the ratio by.
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
     result["bar_floor_ok"] = result["pdcheck_over_floor"] <= 1.25
     result["bar_lmeval_ok"] = None if lmeval is None else result["pdcheck_speedup_vs_lmeval"] >= 3
     print(f"{n} questions at concurrency {args.concurrency} (median of {args.repeats}):")
     print(f"  floor (bare aiohttp loop) {floor_s:8.3f} s  {n / floor_s:8.1f} q/s")
     print(f"  pdcheck runner            {pdcheck_s:8.3f} s  {n / pdcheck_s:8.1f} q/s  = {result['pdcheck_over_floor']:.2f}x the floor (bar <= 1.25)")
-    print(f"  client CPU: floor {result['floor_cpu_s']:.3f} s, pdcheck {result['pdcheck_cpu_s']:.3f} s")
+    print(f"  client CPU: floor {result['floor_cpu_s']:.3f} s, pdcheck {result['pdcheck_cpu_s']:.3f} s"
+          f"  (load average {result['loadavg_1m']})")
     if lmeval is not None:
         print(f"  lm-eval local-completions {lmeval:8.3f} s  {n / lmeval:8.1f} q/s  pdcheck is {result['pdcheck_speedup_vs_lmeval']}x faster (bar >= 3)")
     print(f"  memory, {memory['questions']} questions: peak RSS {memory['peak_rss_mib']:.0f} MiB "

@@ -11,6 +11,7 @@ the server's answer and is recorded as it is.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -69,7 +70,7 @@ async def complete(
 ) -> Outcome:
     """Send one request; returns an Outcome and never raises for a per-request failure."""
     headers = {"X-Request-Id": request.request_id} if request.request_id else None
-    timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
+    timeout = _client_timeout(timeout_s)
     attempt = 0
     while True:
         attempt += 1
@@ -102,6 +103,12 @@ async def complete(
     if problem is not None:
         return Outcome(ok=False, error=problem, http_status=status, attempts=attempt, latency_s=latency_s)
     return Outcome(ok=True, http_status=status, attempts=attempt, latency_s=latency_s, **fields)
+
+
+@functools.lru_cache(maxsize=8)
+def _client_timeout(timeout_s: float | None) -> aiohttp.ClientTimeout | None:
+    """One ClientTimeout per value, not one per request (a run asks thousands with the same one)."""
+    return aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
 
 
 def parse_response(data: Any, *, chat: bool) -> tuple[dict[str, Any], str | None]:

@@ -34,3 +34,18 @@ def test_record_json_round_trips_with_logprobs(tmp_path):
     with RecordWriter(tmp_path / "r.jsonl") as writer:
         writer.write(record)
     assert read_records(tmp_path / "r.jsonl") == [record]
+
+
+def test_write_many_appends_every_record_in_one_write(tmp_path, monkeypatch):
+    """A batch of records goes to the kernel in one write(2) call, and reads back in order."""
+    import os
+
+    calls = []
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: calls.append(len(data)) or real_write(fd, data))
+    records = [QuestionRecord(index=i, prompt_sha256="x", gold="1", ok=True) for i in range(5)]
+    with RecordWriter(tmp_path / "r.jsonl") as writer:
+        writer.write_many(records)
+        writer.write_many([])
+    assert len(calls) == 1
+    assert read_records(tmp_path / "r.jsonl") == records
