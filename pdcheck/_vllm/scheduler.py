@@ -22,7 +22,7 @@ import json
 import logging
 import tempfile
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from pdcheck.errors import VllmIncompatible
 
@@ -325,40 +325,70 @@ class FreeRecord:
     fence_seq: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class TraceStep:
+class TraceStep(NamedTuple):
     """A dispatched step as the trace records it: block ids as the worker receives them (deltas).
 
-    ``requests`` rows are ``[request id, start, num tokens, block ids per group or None, mode]``;
-    mode "new" and "resumed" carry the whole table, "cached" only the blocks added this step.
-    Built from the SchedulerOutput alone, so recording costs no walk over the block tables.
+    Captured on the scheduler's thread as cheap copies of the SchedulerOutput's columns (C-level list
+    and dict copies, no loop over the running requests, no sorting); :meth:`rows` and the recorder turn
+    them into the trace's rows later, on the writer thread. Block id lists are copied because an
+    in-process worker extends the lists of new and resumed requests in place. Built from the
+    SchedulerOutput alone, so recording costs no walk over the block tables.
     """
 
     fence_seq: int
-    requests: list[list[Any]]
-    zero_block_ids: list[int]
-    loads: list[LoadStart]
-    finished_ids: list[str]
-    preempted_ids: list[str]
+    new_rows: list[tuple[Any, ...]]  # (request id, start, num tokens, block ids per group, "new")
+    counts: dict[str, int]  # request id -> tokens scheduled this step
+    cached_ids: list[str]
+    cached_starts: list[int]
+    cached_blocks: list[Any]  # per cached request: blocks added per group, or None
+    resumed: frozenset[str]
+    zero_block_ids: tuple[int, ...]
+    loads: tuple[LoadStart, ...]
+    finished_ids: tuple[str, ...]  # set order; the recorder sorts
+    preempted_ids: tuple[str, ...]
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        """``(request id, start, num tokens, block ids per group or None, mode)`` per scheduled request.
+
+        Mode "new" and "resumed" carry the whole table, "cached" only the blocks added this step.
+        """
+        counts, resumed = self.counts, self.resumed
+        rows = list(self.new_rows)
+        for request_id, start, blocks in zip(self.cached_ids, self.cached_starts, self.cached_blocks):
+            rows.append((request_id, start, counts[request_id], blocks, "resumed" if request_id in resumed else "cached"))
+        return rows
 
 
-def trace_step(scheduler: Any, output: Any, loads: list[LoadStart]) -> TraceStep:
+def _copy_blocks(blocks: Any) -> Any:
+    return None if blocks is None else tuple(map(tuple, blocks))
+
+
+def trace_step(scheduler: Any, output: Any, loads: tuple[LoadStart, ...]) -> TraceStep:
     counts = output.num_scheduled_tokens
-    rows: list[list[Any]] = [
-        [new.req_id, new.num_computed_tokens, counts[new.req_id], new.block_ids, "new"] for new in output.scheduled_new_reqs
+    new_rows = [
+        (new.req_id, new.num_computed_tokens, counts[new.req_id], tuple(map(tuple, new.block_ids)), "new")
+        for new in output.scheduled_new_reqs
     ]
     cached = output.scheduled_cached_reqs
+    blocks = cached.new_block_ids
+    # Most decode steps add no block to most requests: copy entry by entry only when some did.
+    blocks = list(blocks) if blocks.count(None) == len(blocks) else list(map(_copy_blocks, blocks))
     resumed = cached.resumed_req_ids
-    for i, request_id in enumerate(cached.req_ids):
-        mode = "resumed" if request_id in resumed else "cached"
-        rows.append([request_id, cached.num_computed_tokens[i], counts[request_id], cached.new_block_ids[i], mode])
+    zero = output.new_block_ids_to_zero
+    finished = output.finished_req_ids
+    preempted = output.preempted_req_ids
     return TraceStep(
-        fence_seq=getattr(scheduler, "sched_step_seq", 0),
-        requests=rows,
-        zero_block_ids=list(output.new_block_ids_to_zero or ()),
-        loads=loads,
-        finished_ids=sorted(output.finished_req_ids),
-        preempted_ids=sorted(output.preempted_req_ids or ()),
+        getattr(scheduler, "sched_step_seq", 0),
+        new_rows,
+        dict(counts),
+        list(cached.req_ids),
+        list(cached.num_computed_tokens),
+        blocks,
+        frozenset(resumed) if resumed else frozenset(),
+        tuple(zero) if zero else (),
+        loads,
+        tuple(finished) if finished else (),
+        tuple(preempted) if preempted else (),
     )
 
 
@@ -409,12 +439,18 @@ def describe_step(scheduler: Any, output: Any, loads: list[LoadStart]) -> StepRe
 
 @dataclasses.dataclass
 class TraceSink:
-    """Callbacks the trace hooks call; each gets pdcheck records or plain values."""
+    """Callbacks the trace hooks call, on the scheduler's thread; each gets pdcheck records or plain values.
+
+    Every argument is a copy or immutable, so a sink may keep it and encode it later on another thread.
+    """
 
     on_start: Callable[[tuple[GroupInfo, ...], bool, bool], None]  # groups, defer_block_free, needs_zeroing
     on_step: Callable[[TraceStep], None]
-    on_processed: Callable[[int, set[str], set[str], set[int]], None]  # num tokens, recving ok, failed, invalid
+    on_processed: Callable[[int, frozenset[str], frozenset[str], frozenset[int]], None]  # num tokens, recving ok, failed, invalid
     on_free: Callable[[FreeRecord], None]
+
+
+_NONE: frozenset[Any] = frozenset()
 
 
 def _load_capturing(connector: Any, pending: list[LoadStart]) -> None:
@@ -461,9 +497,12 @@ def trace_hooks(sink: TraceSink) -> Iterator[None]:
         @functools.wraps(orig)
         def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
             output = orig(self, *args, **kwargs)
-            loads = getattr(self, "_pdcheck_trace_loads", [])
-            sink.on_step(trace_step(self, output, list(loads)))
-            loads.clear()
+            loads = getattr(self, "_pdcheck_trace_loads", None)
+            taken: tuple[LoadStart, ...] = ()
+            if loads:
+                taken = tuple(loads)
+                loads.clear()
+            sink.on_step(trace_step(self, output, taken))
             return output
 
         return wrapped
@@ -472,10 +511,12 @@ def trace_hooks(sink: TraceSink) -> Iterator[None]:
         @functools.wraps(orig)
         def wrapped(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
             kv = model_runner_output.kv_connector_output
-            failed = set(kv.failed_recving) if kv else set()
-            ok = set(kv.finished_recving or ()) - failed if kv else set()
-            invalid = set(kv.invalid_block_ids) if kv else set()
-            sink.on_processed(scheduler_output.total_num_scheduled_tokens, ok, failed, invalid)
+            if kv is None:
+                sink.on_processed(scheduler_output.total_num_scheduled_tokens, _NONE, _NONE, _NONE)
+            else:
+                failed = frozenset(kv.failed_recving or ())
+                ok = frozenset(kv.finished_recving or ()) - failed
+                sink.on_processed(scheduler_output.total_num_scheduled_tokens, ok, failed, frozenset(kv.invalid_block_ids or ()))
             return orig(self, scheduler_output, model_runner_output)
 
         return wrapped
@@ -495,6 +536,31 @@ def trace_hooks(sink: TraceSink) -> Iterator[None]:
         stack.enter_context(_patched(cls, "schedule", schedule))
         stack.enter_context(_patched(cls, "update_from_output", update))
         stack.enter_context(_patched(cls, "_free_request_blocks", free))
+        yield
+
+
+@contextlib.contextmanager
+def timing_scheduler_calls(add: Callable[[float, float], None]) -> Iterator[None]:
+    """For the trace overhead benchmark: ``add(wall_s, thread_cpu_s)`` after every Scheduler.schedule and update_from_output.
+
+    Enter it inside ``recording()`` so that the timed calls include the trace hooks.
+    """
+    import time
+
+    cls = _scheduler_cls()
+
+    def timed(orig: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(orig)
+        def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+            w, c = time.perf_counter(), time.thread_time()
+            try:
+                return orig(self, *args, **kwargs)
+            finally:
+                add(time.perf_counter() - w, time.thread_time() - c)
+
+        return wrapped
+
+    with _patched(cls, "schedule", timed), _patched(cls, "update_from_output", timed):
         yield
 
 
