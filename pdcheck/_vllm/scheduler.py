@@ -359,10 +359,6 @@ class TraceStep(NamedTuple):
         return rows
 
 
-def _copy_blocks(blocks: Any) -> Any:
-    return None if blocks is None else tuple(map(tuple, blocks))
-
-
 def trace_step(scheduler: Any, output: Any, loads: tuple[LoadStart, ...]) -> TraceStep:
     counts = output.num_scheduled_tokens
     new_rows = [
@@ -372,7 +368,10 @@ def trace_step(scheduler: Any, output: Any, loads: tuple[LoadStart, ...]) -> Tra
     cached = output.scheduled_cached_reqs
     blocks = cached.new_block_ids
     # Most decode steps add no block to most requests: copy entry by entry only when some did.
-    blocks = list(blocks) if blocks.count(None) == len(blocks) else list(map(_copy_blocks, blocks))
+    if blocks.count(None) == len(blocks):
+        blocks = list(blocks)
+    else:
+        blocks = [None if b is None else tuple(map(tuple, b)) for b in blocks]
     resumed = cached.resumed_req_ids
     zero = output.new_block_ids_to_zero
     finished = output.finished_req_ids
