@@ -76,9 +76,16 @@ async def floor_loop(url: str, builder: PromptBuilder, indices: range, concurren
         return time.perf_counter() - start
 
 
-def time_floor(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
+def time_floor(url: str, task: TaskData, settings: EvalSettings, concurrency: int, *, run=asyncio.run) -> float:
     builder = PromptBuilder(task, PromptOptions.from_settings(settings))
-    return asyncio.run(floor_loop(url, builder, task.indices(limit=settings.limit, offset=settings.offset), concurrency))
+    return run(floor_loop(url, builder, task.indices(limit=settings.limit, offset=settings.offset), concurrency))
+
+
+def time_floor_uvloop(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
+    """The floor on the event loop pdcheck's runner uses, so the loop's own speed-up is shown apart."""
+    import uvloop
+
+    return time_floor(url, task, settings, concurrency, run=uvloop.run)
 
 
 def time_pdcheck(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
@@ -146,10 +153,11 @@ def main() -> int:
     settings = EvalSettings(dataset=args.dataset, limit=args.questions)
     server, url = start_fake_server()
     try:
-        floor, pdcheck, floor_cpu, pdcheck_cpu = [], [], [], []
+        floor, pdcheck, floor_cpu, pdcheck_cpu, floor_uv, floor_uv_cpu = [], [], [], [], [], []
         time_pdcheck(url, task, settings, args.concurrency)  # warm the server's and client's code paths
-        for _ in range(args.repeats):  # interleaved, so machine noise hits both alike
-            for walls, cpus, fn in ((floor, floor_cpu, time_floor), (pdcheck, pdcheck_cpu, time_pdcheck)):
+        for _ in range(args.repeats):  # interleaved, so machine noise hits all alike
+            for walls, cpus, fn in ((floor, floor_cpu, time_floor), (pdcheck, pdcheck_cpu, time_pdcheck),
+                                    (floor_uv, floor_uv_cpu, time_floor_uvloop)):
                 cpu_start = time.process_time()
                 walls.append(fn(url, task, settings, args.concurrency))
                 cpus.append(time.process_time() - cpu_start)
@@ -177,6 +185,8 @@ def main() -> int:
         "pdcheck_qps": round(n / pdcheck_s, 1),
         "lmeval_qps": None if lmeval is None else round(n / lmeval, 1),
         "pdcheck_over_floor": round(pdcheck_s / floor_s, 3),
+        "floor_uvloop_s": round(statistics.median(floor_uv), 4),
+        "pdcheck_over_floor_uvloop": round(pdcheck_s / statistics.median(floor_uv), 3),
         # The client's own CPU: less exposed than wall time to other load on a shared machine.
         "floor_cpu_s": round(statistics.median(floor_cpu), 4),
         "pdcheck_cpu_s": round(statistics.median(pdcheck_cpu), 4),
@@ -190,6 +200,8 @@ def main() -> int:
     print(f"{n} questions at concurrency {args.concurrency} (median of {args.repeats}):")
     print(f"  floor (bare aiohttp loop) {floor_s:8.3f} s  {n / floor_s:8.1f} q/s")
     print(f"  pdcheck runner            {pdcheck_s:8.3f} s  {n / pdcheck_s:8.1f} q/s  = {result['pdcheck_over_floor']:.2f}x the floor (bar <= 1.25)")
+    print(f"  floor on uvloop           {result['floor_uvloop_s']:8.3f} s  pdcheck = "
+          f"{result['pdcheck_over_floor_uvloop']:.2f}x it (the same loop on both sides)")
     print(f"  client CPU: floor {result['floor_cpu_s']:.3f} s, pdcheck {result['pdcheck_cpu_s']:.3f} s"
           f"  (load average {result['loadavg_1m']})")
     if lmeval is not None:
