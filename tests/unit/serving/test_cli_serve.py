@@ -57,6 +57,36 @@ def test_proxy_on_a_taken_port_is_an_infra_error(capsys):
     assert f"127.0.0.1:{port} is already in use" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_proxy_stops_on_ctrl_c_or_sigterm(sig):
+    """`pdcheck proxy` (on uvloop) answers, then exits promptly on Ctrl-C or SIGTERM."""
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    pdcheck = str(Path(sys.executable).with_name("pdcheck"))
+    proc = subprocess.Popen([pdcheck, "proxy", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2",
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        status = None
+        while status is None and time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            except urllib.error.HTTPError as exc:
+                status = exc.code  # 503: the proxy is up, its made-up backends are not
+            except OSError:
+                time.sleep(0.2)
+        assert status == 503
+        proc.send_signal(sig)
+        proc.wait(timeout=15)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def _stub_sweep(tmp_path, mode: str) -> str:
     """A sweep whose arm's vLLM 'executable' is the stand-in server (same pid via exec)."""
     from tests.unit.serving.test_process import STUB
