@@ -15,6 +15,8 @@ import pytest
 from pdcheck.cli import main
 from pdcheck.errors import ExitCode
 
+from tests.unit.serving.test_process import default_ctrl_c
+
 
 def test_up_dry_run_prints_every_server_and_the_proxy(capsys, tmp_path):
     """--dry-run prints each server's env + argv and the proxy command, and starts nothing (exit 0)."""
@@ -68,7 +70,8 @@ def test_proxy_stops_on_ctrl_c_or_sigterm(sig):
         port = probe.getsockname()[1]
     pdcheck = str(Path(sys.executable).with_name("pdcheck"))
     proc = subprocess.Popen([pdcheck, "proxy", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2",
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=default_ctrl_c)
     try:
         deadline = time.monotonic() + 30
         status = None
@@ -115,7 +118,8 @@ def test_interrupting_pdcheck_up_leaves_no_child(tmp_path, sig, phase):
 
     sweep = _stub_sweep(tmp_path, "never-healthy" if phase == "startup" else "ok")
     pdcheck = str(Path(sys.executable).with_name("pdcheck"))
-    proc = subprocess.Popen([pdcheck, "up", sweep, "--run-dir", str(tmp_path / "run")], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([pdcheck, "up", sweep, "--run-dir", str(tmp_path / "run")], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=default_ctrl_c)
     try:
         if phase == "run":
             assert proc.stdout.readline().startswith("baseline  http://127.0.0.1:")

@@ -35,6 +35,17 @@ def alive(pid: int) -> bool:
         return False
 
 
+def default_ctrl_c() -> None:
+    """preexec_fn: the child gets SIGINT as from a terminal, whatever the test run inherited.
+
+    An ignored SIGINT is inherited: a shell ignores it for background jobs, so `make test &` or
+    `nohup .ci/run &` hands SIG_IGN to every pytest worker and its children, and a Ctrl-C test
+    would then test that instead of pdcheck (it timed out that way in a backgrounded CI run).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def recorded_pids(pid_dir: Path) -> list[int]:
     return [int(p) for f in pid_dir.glob("*.pids") for p in f.read_text().split()]
 

@@ -21,7 +21,7 @@ from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
 
 from tests.unit.serving.conftest import make_cell
-from tests.unit.serving.test_process import STUB, alive, recorded_pids, wait_gone
+from tests.unit.serving.test_process import STUB, alive, default_ctrl_c, recorded_pids, wait_gone
 
 NO_GPUS = GpuInventory((), "none")
 
@@ -140,7 +140,8 @@ def test_interrupting_pdcheck_leaves_no_child(tmp_path, worker_index, sig, phase
     root = str(Path(__file__).resolve().parents[3])
     mode = "never-healthy" if phase == "startup" else "ok"
     code = DRIVER.format(root=root, tmp=str(tmp_path), bucket=worker_index, mode=mode)
-    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=root)
+    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=root,
+                              preexec_fn=default_ctrl_c)
     try:
         pid_dir = tmp_path / "pids"
         deadline = time.monotonic() + 60
