@@ -7,8 +7,8 @@ answer (streamed or not) is relayed. Both sides get the same `X-Request-Id`; pre
 decoders are picked round-robin. A failing side gives a 502 whose JSON names the side and
 why; each side has its own timeout, so the proxy never hangs.
 
-The proxy adds two HTTP exchanges to every request; `pdcheck proxy` runs on uvloop (as vLLM's
-API server does), which takes about 50 µs off the added p50 (benchmarks/bench_proxy.py).
+The proxy adds two HTTP exchanges to every request; it runs on uvloop (as vLLM's API server
+does), which takes about 50 µs off the added p50 (benchmarks/bench_proxy.py).
 """
 
 from __future__ import annotations
@@ -255,9 +255,7 @@ class ProxyServer:
         return self
 
     def _serve(self) -> None:
-        # asyncio's loop, not uvloop: a uvloop loop running in a thread kept Ctrl-C from
-        # reaching the main thread (pdcheck up/sweep then ignored it; tests/unit/serving).
-        loop = self._loop = asyncio.new_event_loop()
+        loop = self._loop = uvloop.new_event_loop()
         asyncio.set_event_loop(loop)
         runner = web.AppRunner(self.proxy.app(), access_log=None)
         try:
