@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 class _Prefills:
     """Running prefill servers: what they are (key), their plans, processes, and how to stop them."""
 
-    key: tuple[str, tuple[int, ...]]
+    key: tuple[str, tuple[int, ...]] | None  # None: never handed to another job
     plans: tuple[ServerPlan, ...]
     processes: tuple[ServerProcess, ...]
     stack: contextlib.ExitStack
@@ -112,7 +112,7 @@ class ServingBackend:
         if key is None:
             prefills.stack.close()
         else:
-            self._held = prefills
+            self._hold(prefills)
 
     def close(self) -> None:
         """Stop the prefill servers held for a next job."""
@@ -128,6 +128,13 @@ class ServingBackend:
         if held is not None:
             held.stack.close()
         return None
+
+    def _hold(self, prefills: _Prefills) -> None:
+        """Keep `prefills` for a next job; jobs of one GPU wave end in parallel, so one held earlier stops."""
+        with self._held_lock:
+            previous, self._held = self._held, prefills
+        if previous is not None:
+            previous.stack.close()
 
     @staticmethod
     def _start_prefills(plan: TopologyPlan, key: tuple[str, tuple[int, ...]] | None) -> _Prefills:

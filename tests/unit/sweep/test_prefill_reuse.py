@@ -102,3 +102,16 @@ def test_a_held_prefiller_that_died_is_replaced(backend, cell, tmp_path):
     with backend.pd(cell, gpus=(), cell_dir=tmp_path / "b", prefill_key="k") as endpoints:
         assert _ask(endpoints.url).startswith("stub ")
     assert len(_servers(tmp_path)) == 4, "a new prefiller and decoder"
+
+
+def test_jobs_ending_together_leave_one_prefiller_held(backend, cell, tmp_path):
+    """Two PD jobs of one GPU wave end in parallel: the last to end holds its prefiller and stops the other's."""
+    with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key="a") as outer:
+        outer_servers = set(_servers(tmp_path).values())
+        with backend.pd(cell, gpus=(), cell_dir=tmp_path / "b", prefill_key="b"):
+            pass
+        assert _ask(outer.url).startswith("stub ")
+    still_up = [pid for pid in _servers(tmp_path).values() if alive(pid)]
+    assert len(still_up) == 1 and still_up[0] in outer_servers, "only the last job's prefiller is held; none leaked"
+    backend.close()
+    assert wait_gone(recorded_pids(tmp_path / "pids")) == []
