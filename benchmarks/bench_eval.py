@@ -4,7 +4,9 @@ All three ask the same GSM8K questions (5-shot prompts) of one instant fake Open
 127.0.0.1, which runs in its own process so that it does not share the client's GIL:
 
 - floor: a minimal aiohttp loop, a semaphore of N, the same prompts built per request, nothing
-  recorded or scored;
+  recorded or scored; the bar's floor is the plain one (asyncio, the json module), and two more
+  show what pdcheck's event loop (uvloop) and JSON codec (msgspec) give on their own, so that
+  pdcheck's own per-question cost is read against a floor on the same stack;
 - pdcheck: `run_eval` (prompts, scoring, records appended to a JSONL file, summary);
 - lm-eval: `local-completions` with the same num_concurrent, through pdcheck's lm-eval engine.
 
@@ -32,6 +34,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
+import msgspec
+import uvloop
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -49,6 +53,7 @@ _SERVER_CODE = (
     "print(server.port, flush=True)\n"
     "sys.stdin.read()\n"
 )
+_JSON = {"Content-Type": "application/json"}
 
 
 def start_fake_server() -> tuple[subprocess.Popen, str]:
@@ -59,10 +64,11 @@ def start_fake_server() -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-async def floor_loop(url: str, builder: PromptBuilder, indices: range, concurrency: int) -> float:
+async def floor_loop(url: str, builder: PromptBuilder, indices: range, concurrency: int, *, msgspec_json: bool) -> float:
     """The least a client can do: build each body, N in flight, post, read JSON, keep the text."""
     semaphore = asyncio.Semaphore(concurrency)
     texts: dict[int, str] = {}
+    encode, decode = msgspec.json.encode, msgspec.json.decode
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         async def one(i: int) -> None:
@@ -71,21 +77,33 @@ async def floor_loop(url: str, builder: PromptBuilder, indices: range, concurren
                 async with session.post(f"{url}/v1/completions", json=body) as resp:
                     texts[i] = (await resp.json())["choices"][0]["text"]
 
+        async def one_msgspec(i: int) -> None:
+            async with semaphore:
+                body = encode(builder.body(builder.prompt(i), model="fake"))
+                async with session.post(f"{url}/v1/completions", data=body, headers=_JSON) as resp:
+                    texts[i] = decode(await resp.read())["choices"][0]["text"]
+
+        ask = one_msgspec if msgspec_json else one
         start = time.perf_counter()
-        await asyncio.gather(*(one(i) for i in indices))
+        await asyncio.gather(*(ask(i) for i in indices))
         return time.perf_counter() - start
 
 
-def time_floor(url: str, task: TaskData, settings: EvalSettings, concurrency: int, *, run=asyncio.run) -> float:
+def time_floor(url: str, task: TaskData, settings: EvalSettings, concurrency: int, *, run=asyncio.run,
+               msgspec_json: bool = False) -> float:
     builder = PromptBuilder(task, PromptOptions.from_settings(settings))
-    return run(floor_loop(url, builder, task.indices(limit=settings.limit, offset=settings.offset), concurrency))
+    indices = task.indices(limit=settings.limit, offset=settings.offset)
+    return run(floor_loop(url, builder, indices, concurrency, msgspec_json=msgspec_json))
 
 
 def time_floor_uvloop(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
     """The floor on the event loop pdcheck's runner uses, so the loop's own speed-up is shown apart."""
-    import uvloop
-
     return time_floor(url, task, settings, concurrency, run=uvloop.run)
+
+
+def time_floor_same_stack(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
+    """The floor on pdcheck's loop and JSON codec: what is left over it is pdcheck's own bookkeeping."""
+    return time_floor(url, task, settings, concurrency, run=uvloop.run, msgspec_json=True)
 
 
 def time_pdcheck(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
@@ -153,14 +171,17 @@ def main() -> int:
     settings = EvalSettings(dataset=args.dataset, limit=args.questions)
     server, url = start_fake_server()
     try:
-        floor, pdcheck, floor_cpu, pdcheck_cpu, floor_uv, floor_uv_cpu = [], [], [], [], [], []
-        time_pdcheck(url, task, settings, args.concurrency)  # warm the server's and client's code paths
+        runners = {"floor": time_floor, "pdcheck": time_pdcheck, "floor_uvloop": time_floor_uvloop,
+                   "floor_same_stack": time_floor_same_stack}
+        walls: dict[str, list[float]] = {name: [] for name in runners}
+        cpus: dict[str, list[float]] = {name: [] for name in runners}
+        for fn in runners.values():  # warm the server's and each client's code paths
+            fn(url, task, settings, args.concurrency)
         for _ in range(args.repeats):  # interleaved, so machine noise hits all alike
-            for walls, cpus, fn in ((floor, floor_cpu, time_floor), (pdcheck, pdcheck_cpu, time_pdcheck),
-                                    (floor_uv, floor_uv_cpu, time_floor_uvloop)):
+            for name, fn in runners.items():
                 cpu_start = time.process_time()
-                walls.append(fn(url, task, settings, args.concurrency))
-                cpus.append(time.process_time() - cpu_start)
+                walls[name].append(fn(url, task, settings, args.concurrency))
+                cpus[name].append(time.process_time() - cpu_start)
         mem_out = subprocess.run(
             [sys.executable, __file__, "--memory-child", url, "--dataset", args.dataset,
              "--memory-questions", str(args.memory_questions), "--concurrency", str(args.concurrency)],
@@ -174,22 +195,26 @@ def main() -> int:
         server.wait(10)
 
     n = args.questions
-    floor_s, pdcheck_s = statistics.median(floor), statistics.median(pdcheck)
+    wall = {name: statistics.median(values) for name, values in walls.items()}
+    cpu = {name: statistics.median(values) for name, values in cpus.items()}
+    pdcheck_s = wall["pdcheck"]
     result = {
         "bench": "eval",
         "questions": n,
         "concurrency": args.concurrency,
-        "floor_s": round(floor_s, 4),
+        "floor_s": round(wall["floor"], 4),
         "pdcheck_s": round(pdcheck_s, 4),
         "lmeval_s": None if lmeval is None else round(lmeval, 3),
         "pdcheck_qps": round(n / pdcheck_s, 1),
         "lmeval_qps": None if lmeval is None else round(n / lmeval, 1),
-        "pdcheck_over_floor": round(pdcheck_s / floor_s, 3),
-        "floor_uvloop_s": round(statistics.median(floor_uv), 4),
-        "pdcheck_over_floor_uvloop": round(pdcheck_s / statistics.median(floor_uv), 3),
+        "pdcheck_over_floor": round(pdcheck_s / wall["floor"], 3),
+        "floor_uvloop_s": round(wall["floor_uvloop"], 4),
+        "pdcheck_over_floor_uvloop": round(pdcheck_s / wall["floor_uvloop"], 3),
+        "floor_same_stack_s": round(wall["floor_same_stack"], 4),
+        "pdcheck_over_floor_same_stack": round(pdcheck_s / wall["floor_same_stack"], 3),
         # The client's own CPU: less exposed than wall time to other load on a shared machine.
-        "floor_cpu_s": round(statistics.median(floor_cpu), 4),
-        "pdcheck_cpu_s": round(statistics.median(pdcheck_cpu), 4),
+        "cpu_s": {name: round(value, 4) for name, value in cpu.items()},
+        "pdcheck_cpu_over_same_stack_us": round((cpu["pdcheck"] - cpu["floor_same_stack"]) / n * 1e6, 1),
         "pdcheck_speedup_vs_lmeval": None if lmeval is None else round(lmeval / pdcheck_s, 1),
         "memory": memory,
         # The machine is shared: the 1-minute load average when the runs ended, to read the ratio by.
@@ -197,15 +222,18 @@ def main() -> int:
     }
     result["bar_floor_ok"] = result["pdcheck_over_floor"] <= 1.25
     result["bar_lmeval_ok"] = None if lmeval is None else result["pdcheck_speedup_vs_lmeval"] >= 3
-    print(f"{n} questions at concurrency {args.concurrency} (median of {args.repeats}):")
-    print(f"  floor (bare aiohttp loop) {floor_s:8.3f} s  {n / floor_s:8.1f} q/s")
-    print(f"  pdcheck runner            {pdcheck_s:8.3f} s  {n / pdcheck_s:8.1f} q/s  = {result['pdcheck_over_floor']:.2f}x the floor (bar <= 1.25)")
-    print(f"  floor on uvloop           {result['floor_uvloop_s']:8.3f} s  pdcheck = "
-          f"{result['pdcheck_over_floor_uvloop']:.2f}x it (the same loop on both sides)")
-    print(f"  client CPU: floor {result['floor_cpu_s']:.3f} s, pdcheck {result['pdcheck_cpu_s']:.3f} s"
-          f"  (load average {result['loadavg_1m']})")
+    print(f"{n} questions at concurrency {args.concurrency} (median of {args.repeats}; client CPU in brackets):")
+    rows = (("floor: bare aiohttp loop", "floor", "the bar: pdcheck <= 1.25x it"),
+            ("floor on uvloop", "floor_uvloop", "pdcheck's loop"),
+            ("floor on uvloop + msgspec", "floor_same_stack", "pdcheck's loop and JSON codec"),
+            ("pdcheck runner", "pdcheck", ""))
+    for label, name, why in rows:
+        ratio = "" if name == "pdcheck" else f"pdcheck = {pdcheck_s / wall[name]:.2f}x it ({why})"
+        print(f"  {label:27s} {wall[name]:7.3f} s [{cpu[name]:.3f} s] {n / wall[name]:7.0f} q/s  {ratio}")
+    print(f"  pdcheck's client CPU over the same-stack floor: {result['pdcheck_cpu_over_same_stack_us']} us a question "
+          f"(scoring, records, request ids); load average {result['loadavg_1m']}")
     if lmeval is not None:
-        print(f"  lm-eval local-completions {lmeval:8.3f} s  {n / lmeval:8.1f} q/s  pdcheck is {result['pdcheck_speedup_vs_lmeval']}x faster (bar >= 3)")
+        print(f"  lm-eval local-completions   {lmeval:7.3f} s  {n / lmeval:7.1f} q/s  pdcheck is {result['pdcheck_speedup_vs_lmeval']}x faster (bar >= 3)")
     print(f"  memory, {memory['questions']} questions: peak RSS {memory['peak_rss_mib']:.0f} MiB "
           f"(+{memory['rss_growth_mib']:.0f} MiB during the run), {memory['wall_s']:.2f} s")
     print(json.dumps(result))

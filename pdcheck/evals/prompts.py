@@ -89,10 +89,12 @@ class PromptBuilder:
         self.task = task
         self.options = options
         self._shared_prefix = "".join(format_shot(ex) for ex in task.train[: options.shots])
+        self._shots_shared = options.style != "lm-eval" or options.shots == 0
+        self._shared_prefix_hash = hashlib.sha256(self._shared_prefix.encode())
         self._lmeval_shots: list[list[int]] = []
 
     def _shots_for(self, index: int) -> str:
-        if self.options.style != "lm-eval" or self.options.shots == 0:
+        if self._shots_shared:
             return self._shared_prefix
         if index >= len(self._lmeval_shots):
             self._lmeval_shots = lmeval_shot_indices(
@@ -103,6 +105,14 @@ class PromptBuilder:
     def prompt(self, index: int) -> str:
         """The full prompt text for test question `index` (the chat style sends it as one user message)."""
         return self._shots_for(index) + format_question(self.task.test[index])
+
+    def prompt_sha256(self, index: int) -> str:
+        """`prompt_sha256(self.prompt(index))`; shots every question shares are hashed once, not per question."""
+        if not self._shots_shared:
+            return prompt_sha256(self.prompt(index))
+        digest = self._shared_prefix_hash.copy()
+        digest.update(format_question(self.task.test[index]).encode())
+        return digest.hexdigest()
 
     def body(self, prompt: str, *, model: str, max_tokens: int | None = None) -> dict[str, Any]:
         """The JSON body that sends `prompt`; `max_tokens` overrides the option (the preflight uses 1)."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 RECORD_SCHEMA_VERSION = 1
 
 
@@ -66,13 +68,17 @@ class QuestionRecord:
     attempts: int = 1
     request_id: str | None = None
 
-    def to_json(self) -> str:
-        # A shallow dict: asdict() deep-copies every field and costs more than the request itself
-        # on a fast server; json.dumps writes tuples as lists either way.
+    def encode(self) -> bytes:
+        """One JSON line without its line end: the fields in order, tuples as arrays, NaN as null."""
+        if self.logprobs is None:
+            return _encode(self)
+        # Each position as a compact [token, logprob, [[alternative, logprob], ...]].
         data = {name: getattr(self, name) for name in _FIELD_NAMES}
-        if self.logprobs is not None:
-            data["logprobs"] = [[t.token, t.logprob, [list(p) for p in t.top]] for t in self.logprobs]
+        data["logprobs"] = [[t.token, t.logprob, [list(p) for p in t.top]] for t in self.logprobs]
         return _encode(data)
+
+    def to_json(self) -> str:
+        return self.encode().decode()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QuestionRecord:
@@ -82,15 +88,17 @@ class QuestionRecord:
             data["token_ids"] = tuple(data["token_ids"])
         if data.get("logprobs") is not None:
             data["logprobs"] = tuple(
-                TokenLogprobs(tok, lp, tuple((a, b) for a, b in top)) for tok, lp, top in data["logprobs"]
+                TokenLogprobs(tok, _NAN if lp is None else lp, tuple((a, b) for a, b in top))
+                for tok, lp, top in data["logprobs"]
             )
         return cls(**data)
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(QuestionRecord))
-# One encoder for every record: json.dumps with `separators` builds a new encoder per call, which
-# costs about as much as encoding the record.
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+_NAN = float("nan")  # a logprob the server did not give; JSON has no NaN, so it is written as null
+# msgspec (which vLLM brings) encodes a record in about a microsecond, ~9x faster than the json
+# module: on a fast server the record costs less than a tenth of its request.
+_encode = msgspec.json.Encoder().encode
 
 
 class RecordWriter:
@@ -115,7 +123,7 @@ class RecordWriter:
 
     def write_many(self, records: Iterable[QuestionRecord]) -> None:
         """Append the records' lines in one write(2) call: a batch costs about what one line does."""
-        data = "".join([record.to_json() + "\n" for record in records]).encode()
+        data = b"".join([record.encode() + b"\n" for record in records])
         if not data:
             return
         while data:
@@ -149,8 +157,8 @@ class RecordWriter:
 
 def append_record(path: Path, record: QuestionRecord) -> None:
     """Append one line and flush it to disk, so a crash loses at most the line being written."""
-    line = record.to_json() + "\n"
-    with open(path, "a", encoding="utf-8") as f:
+    line = record.encode() + b"\n"
+    with open(path, "ab") as f:
         f.write(line)
         f.flush()
         os.fsync(f.fileno())

@@ -29,7 +29,7 @@ from pdcheck.errors import ConfigError, InfraError
 from pdcheck.evals.client import CompletionRequest, Outcome, base_url, complete, fetch_model_name
 from pdcheck.evals.dataset import Example, TaskData
 from pdcheck.evals.extract import gold_answer, score
-from pdcheck.evals.prompts import PromptBuilder, PromptOptions, prompt_sha256
+from pdcheck.evals.prompts import PromptBuilder, PromptOptions
 from pdcheck.evals.records import QuestionRecord, RecordWriter, read_records
 from pdcheck.evals.summary import EvalSummary, summarize
 
@@ -99,18 +99,21 @@ async def arun_eval(
             semaphore = asyncio.Semaphore(concurrency)
             start = now()
 
-            def record_of(index: int, prompt: str, rid: str, queue_s: float, outcome: Outcome) -> QuestionRecord:
-                return to_record(index, task.test[index], outcome, style=style, prompt=prompt, queue_s=queue_s, request_id=rid)
+            def record_of(index: int, rid: str, queue_s: float, outcome: Outcome) -> QuestionRecord:
+                return to_record(
+                    index, task.test[index], outcome, style=style, prompt_sha256=builder.prompt_sha256(index),
+                    queue_s=queue_s, request_id=rid,
+                )
 
             async def ask(index: int, sink: _RecordSink) -> None:
                 async with semaphore:
                     queue_s = now() - start
-                    prompt = builder.prompt(index)
-                    req = CompletionRequest(endpoint, builder.body(prompt, model=model), request_id(run_tag, index))
+                    body = builder.body(builder.prompt(index), model=model)
+                    req = CompletionRequest(endpoint, body, request_id(run_tag, index))
                     outcome = await complete(
                         session, req, timeout_s=settings.request_timeout_s, max_attempts=max_attempts, now=now
                     )
-                sink.add((index, prompt, req.request_id, queue_s, outcome))
+                sink.add((index, req.request_id, queue_s, outcome))
 
             with RecordWriter(out_path) as writer:
                 sink = _RecordSink(writer, record_of, on_record=on_record)
@@ -142,14 +145,21 @@ async def arun_eval(
 
 
 def to_record(
-    index: int, example: Example, outcome: Outcome, *, style: str, prompt: str, queue_s: float | None, request_id: str | None
+    index: int,
+    example: Example,
+    outcome: Outcome,
+    *,
+    style: str,
+    prompt_sha256: str,
+    queue_s: float | None,
+    request_id: str | None,
 ) -> QuestionRecord:
     """A question's record from its request's outcome; a failed request is an error, never a wrong answer."""
     gold = gold_answer(style, example.answer)
     scored = score(style, outcome.text, gold) if outcome.ok and outcome.text is not None else None
     return QuestionRecord(
         index=index,
-        prompt_sha256=prompt_sha256(prompt),
+        prompt_sha256=prompt_sha256,
         gold=gold,
         ok=outcome.ok,
         completion=outcome.text,
@@ -261,7 +271,7 @@ def _previous_records(out_path: Path, builder: PromptBuilder, indices: range) ->
         if record.index not in indices:
             kept.append(record)
             continue
-        if record.prompt_sha256 != prompt_sha256(builder.prompt(record.index)):
+        if record.prompt_sha256 != builder.prompt_sha256(record.index):
             raise ConfigError(
                 f"{out_path} holds question {record.index} asked with a different prompt (other style, shots or data); "
                 "resume it with the same settings or write to a new --out file"

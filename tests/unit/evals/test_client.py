@@ -104,6 +104,21 @@ def test_chat_answers_parse_message_content_and_logprobs():
     assert parse_response({"choices": [{"message": {}}]}, chat=True)[1] == "choices[0] has no message.content"
 
 
+def test_body_is_sent_as_json_and_nan_literals_in_answers_are_read():
+    """The request is JSON with its content type; an answer with a NaN literal (Python servers write them) parses."""
+
+    def responder(body):
+        return web.Response(text='{"choices": [{"text": " 7", "logprobs": {"tokens": [" 7"], "token_logprobs": [NaN]}}]}',
+                            content_type="application/json")
+
+    body = {"model": "m", "prompt": "Question: \u00e9?\nAnswer:", "max_tokens": 5, "temperature": 0.0, "stop": ["Question"]}
+    with FakeOpenAIServer(responder) as server:
+        outcome = _run(server.url + "/v1/completions", body)
+        assert server.requests == [body]
+        assert server.headers[0]["Content-Type"] == "application/json"
+    assert outcome.ok and outcome.text == " 7" and outcome.logprobs[0].logprob != outcome.logprobs[0].logprob
+
+
 def test_latency_uses_the_injected_clock():
     """Latency is the injected clock's difference around the request (one tick per read here)."""
     ticks = iter(range(100))

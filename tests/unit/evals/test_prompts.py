@@ -88,3 +88,13 @@ def test_more_shots_than_train_items_is_an_error(small_task):
     """A prompt cannot have more shots than the train split holds."""
     with pytest.raises(ValueError, match="shots"):
         PromptBuilder(small_task, PromptOptions(shots=9))
+
+
+@pytest.mark.parametrize(("style", "shots"), [("vllm", 5), ("vllm", 0), ("chat", 3), ("lm-eval", 3), ("lm-eval", 0)])
+def test_prompt_sha256_is_the_hash_of_the_whole_prompt(small_task, style, shots):
+    """The builder's digest (shared shots hashed once) is sha256 of the full prompt, for every question."""
+    import hashlib
+
+    builder = PromptBuilder(small_task, PromptOptions(style=style, shots=min(shots, len(small_task.train))))
+    for index in range(len(small_task.test)):
+        assert builder.prompt_sha256(index) == hashlib.sha256(builder.prompt(index).encode()).hexdigest()

@@ -36,6 +36,17 @@ def test_record_json_round_trips_with_logprobs(tmp_path):
     assert read_records(tmp_path / "r.jsonl") == [record]
 
 
+def test_a_missing_logprob_is_written_as_null_and_read_back_as_nan(tmp_path):
+    """JSON has no NaN: a logprob the server did not give is null in the file and NaN again when read."""
+    import math
+
+    record = QuestionRecord(index=0, prompt_sha256="p", gold="1", ok=True, logprobs=(TokenLogprobs("1", float("nan")),))
+    with RecordWriter(tmp_path / "r.jsonl") as writer:
+        writer.write(record)
+    assert '"logprobs":[["1",null,[]]]' in (tmp_path / "r.jsonl").read_text()
+    assert math.isnan(read_records(tmp_path / "r.jsonl")[0].logprobs[0].logprob)
+
+
 def test_write_many_appends_every_record_in_one_write(tmp_path, monkeypatch):
     """A batch of records goes to the kernel in one write(2) call, and reads back in order."""
     import os
