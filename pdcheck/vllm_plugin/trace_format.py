@@ -24,6 +24,8 @@ import json
 import os
 from typing import Any
 
+import msgspec
+
 from pdcheck.errors import ConfigError
 
 SCHEMA_VERSION = 1
@@ -34,8 +36,14 @@ def trace_file_name(pid: int) -> str:
     return f"trace-{pid}.jsonl"
 
 
-def encode(event: dict[str, Any]) -> str:
-    return json.dumps(event, separators=(",", ":")) + "\n"
+def encode(event: dict[str, Any]) -> bytes:
+    """One event as its UTF-8 JSON line, line end included."""
+    return _encode(event) + b"\n"
+
+
+# msgspec (which vLLM brings) encodes an event ~7x faster than json.dumps; the recorder's writer
+# thread shares the GIL with the scheduler, so its time is the scheduler's.
+_encode = msgspec.json.Encoder().encode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +64,7 @@ def read_trace_dir(path: str) -> list[TraceFile]:
     out = []
     for name in files:
         events = []
-        with open(name) as fh:
+        with open(name, encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
