@@ -157,11 +157,8 @@ class RecordWriter:
 
 def append_record(path: Path, record: QuestionRecord) -> None:
     """Append one line and flush it to disk, so a crash loses at most the line being written."""
-    line = record.encode() + b"\n"
-    with open(path, "ab") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    with RecordWriter(path) as writer:  # close() fsyncs what was written
+        writer.write(record)
 
 
 def read_records(path: str | Path) -> list[QuestionRecord]:

@@ -299,8 +299,7 @@ def _rewrite(path: Path, records: list[QuestionRecord]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     with RecordWriter(tmp) as writer:
-        for record in records:
-            writer.write(record)
+        writer.write_many(records)
     tmp.replace(path)
 
 
