@@ -8,23 +8,31 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from pdcheck.config.paths import shipped_dir
 from pdcheck.config.schema import UNION_TAGS, SweepSpec
 from pdcheck.errors import SweepFileError
 
 # The sweeps shipped with pdcheck, by bare name (`pdcheck sweep cpu-smoke`).
-SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
+SWEEPS_DIR = shipped_dir("sweeps")
+
+
+def shipped_sweep_names() -> list[str]:
+    return sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")) if SWEEPS_DIR.is_dir() else []
 
 
 def resolve_sweep_path(name_or_path: str | Path) -> Path:
+    """A path names the user's file; a bare name (`pr`, `pr.yaml`) not found as a file names a shipped sweep."""
     path = Path(name_or_path)
-    if path.exists():
+    if path.is_file():
         return path
-    shipped = SWEEPS_DIR / f"{name_or_path}.yaml"
-    if shipped.exists():
-        return shipped
-    available = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")) if SWEEPS_DIR.is_dir() else []
+    if len(path.parts) == 1:
+        shipped = SWEEPS_DIR / f"{path.name.removesuffix('.yaml')}.yaml"
+        if shipped.is_file():
+            return shipped
     raise SweepFileError(
-        f"no such sweep file; shipped sweeps: {', '.join(available) or 'none'}", path=str(name_or_path)
+        f"no such sweep file; shipped sweeps: {', '.join(shipped_sweep_names()) or 'none'} "
+        "(name one bare, or give a path to your own file)",
+        path=str(name_or_path),
     )
 
 
