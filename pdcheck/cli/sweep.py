@@ -9,6 +9,7 @@ from rich.live import Live
 from rich.table import Table
 
 from pdcheck.cli._common import console, err_console
+from pdcheck.cli.validate import list_option, shipped_sweeps_table
 from pdcheck.errors import ConfigError, ExitCode
 
 EXIT_CODES_HELP = """
@@ -33,7 +34,7 @@ def _render_report():
 
 @click.command(help="Run a sweep: each cell's PD topology against its no-PD baseline at every "
                "concurrency level, with verdicts, into a results folder.\n\nFILE is a sweep file or a shipped "
-               "sweep's name; without it, sweeps/default-gpu.yaml on GPU machines, else sweeps/cpu-smoke.yaml.\n"
+               "sweep's name (see --list); without it, default-gpu on GPU machines, else cpu-smoke.\n"
                + EXIT_CODES_HELP)
 @click.argument("file", required=False)
 @click.option("--out", type=click.Path(path_type=Path), help="Results folder (new). Default: pdcheck-results/<sweep>-<time>.")
@@ -50,8 +51,12 @@ def _render_report():
 @click.option("--baseline-url", help="Attach mode: your running no-PD baseline server.")
 @click.option("--pd-url", help="Attach mode: your running PD endpoint (proxy or router).")
 @click.option("--decoder-metrics-url", multiple=True, help="Attach mode: a decoder's /metrics (repeatable) for KV evidence.")
+@list_option
 def sweep(file, out, resume, shard, only, keyword, dry_run, check_argv, early_stop, continue_on_error,
-          baseline_url, pd_url, decoder_metrics_url) -> None:
+          baseline_url, pd_url, decoder_metrics_url, list_shipped) -> None:
+    if list_shipped:
+        console.print(shipped_sweeps_table())
+        return
     from pdcheck.sweep.engine import SweepOptions
     from pdcheck.sweep.run import Attach, SweepRequest, default_sweep_file, parse_shard, prepare, run_sweep
 
@@ -64,7 +69,7 @@ def sweep(file, out, resume, shard, only, keyword, dry_run, check_argv, early_st
 
         gpus = read_inventory().count
         file = default_sweep_file(has_gpus=gpus > 0)
-        err_console.print(f"No sweep file given: using sweeps/{file}.yaml ({gpus} GPU(s) found).")
+        err_console.print(f"No sweep file given: using the shipped sweep {file} ({gpus} GPU(s) found).")
     attach = None
     if baseline_url is not None:
         from pdcheck.serving import attach as check_attach
