@@ -74,9 +74,9 @@ def pdcheck(venv, tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env.update(PDCHECK_CACHE_DIR=str(tmp_path_factory.mktemp("cache")), HF_HUB_OFFLINE="1", COLUMNS="200")
 
-    def run(*args: str, expect: int = 0) -> str:
-        proc = subprocess.run([str(venv / "bin" / "pdcheck"), *args], cwd=empty, env=env, capture_output=True, text=True,
-                              timeout=300)
+    def run(*args: str, expect: int = 0, **extra_env: str) -> str:
+        proc = subprocess.run([str(venv / "bin" / "pdcheck"), *args], cwd=empty, env={**env, **extra_env},
+                              capture_output=True, text=True, timeout=300)
         assert proc.returncode == expect, f"pdcheck {' '.join(args)}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         return proc.stdout + proc.stderr
 
@@ -109,6 +109,9 @@ def test_shipped_sweeps_list_validate_and_dry_run_by_bare_name(pdcheck):
     assert "(gpu)" in plan and "vllm.entrypoints.cli.main serve Qwen/Qwen3-0.6B" in plan
     assert "argv not checked" in plan and "cannot import vllm" in plan
     assert "no such sweep file; shipped sweeps: cpu-smoke" in pdcheck("validate", "sweeps/pr.yaml", expect=3)
+    # No file: the default sweep for the GPUs found (none visible here) is a shipped one too.
+    default = pdcheck("sweep", "--dry-run", CUDA_VISIBLE_DEVICES="")
+    assert "using the shipped sweep cpu-smoke" in default and "# sweep cpu-smoke" in default
 
 
 def test_tiny_models_install_from_the_wheel_and_match_the_manifest(pdcheck):
