@@ -1,7 +1,5 @@
 """pdcheck: accuracy and race regression suite for vLLM prefill/decode disaggregated serving."""
 
-from __future__ import annotations
-
 import json
 from importlib import metadata
 
