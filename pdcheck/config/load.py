@@ -114,7 +114,8 @@ def _explain(err: dict, loc: tuple) -> str:
         allowed = _allowed_keys(loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        return f"unknown key; {hint}allowed here: {', '.join(allowed)} (docs/sweep-files.md)"
+        listed = f"allowed here: {', '.join(allowed)} " if allowed else ""
+        return f"unknown key; {hint}{listed}(docs/sweep-files.md)"
     if kind == "missing":
         return "required key is missing"
     if kind == "literal_error":
