@@ -71,7 +71,9 @@ def venv(tmp_path_factory, wheel) -> Path:
 def pdcheck(venv, tmp_path_factory):
     """Run the installed `pdcheck` from an empty folder, with no path leading back to the repo."""
     empty = tmp_path_factory.mktemp("empty")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    # As tests/conftest.py's clean_environ does for in-process tests: the host's settings stay out.
+    host_only = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PDCHECK_", "VLLM_", "HF_", "CUDA_VISIBLE_DEVICES")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(host_only)}
     env.update(PDCHECK_CACHE_DIR=str(tmp_path_factory.mktemp("cache")), HF_HUB_OFFLINE="1", COLUMNS="200")
 
     def run(*args: str, expect: int = 0, **extra_env: str) -> str:
