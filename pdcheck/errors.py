@@ -5,6 +5,7 @@ Hierarchy (what callers catch is a base class)::
     PdcheckError                      exit 2 unless a subclass says otherwise
     ├── ConfigError                   exit 3: a sweep file or option is wrong; nothing started
     │   └── SweepFileError            with file, line and dotted key path
+    │       └── SweepFileErrors       several, each with its own line and key path
     ├── DatasetError                  exit 2: GSM8K could not be loaded; says how to provide it
     ├── InfraError                    exit 2: the machinery failed, not the model
     │   ├── ServerCrashed             a server process exited before or while serving
@@ -38,6 +39,7 @@ __all__ = [
     "ServerCrashed",
     "ServerStartTimeout",
     "SweepFileError",
+    "SweepFileErrors",
     "VllmIncompatible",
 ]
 
@@ -75,6 +77,19 @@ class SweepFileError(ConfigError):
         if key:
             where = f"{where}: {key}"
         super().__init__(f"{where}: {message}")
+
+
+class SweepFileErrors(SweepFileError):
+    """Every problem found in one sweep file, each a `SweepFileError` with its own line and key path.
+
+    The first problem's file, line and key are this error's own, so code that reads one still works."""
+
+    def __init__(self, problems: list[SweepFileError]):
+        self.problems = tuple(problems)
+        first = problems[0]
+        self.path, self.line, self.key = first.path, first.line, first.key
+        lines = [f"{len(problems)} problems in {first.path}:", *(f"  {p}" for p in problems)]
+        ConfigError.__init__(self, "\n".join(lines))
 
 
 class DatasetError(PdcheckError):

@@ -10,8 +10,9 @@ import pytest
 
 _STRIPPED_PREFIXES = ("VLLM_", "PDCHECK_", "HF_", "CUDA_VISIBLE_DEVICES", "UCX_")
 _STRIPPED_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy")
-# Variables tests may rely on: where CI points GSM8K and where tiny models are cached.
-_KEPT = ("PDCHECK_GSM8K_DIR", "PDCHECK_CACHE_DIR")
+# Variables tests may rely on: where CI points GSM8K, where tiny models are cached, and the
+# archives the release workflow hands to the install test.
+_KEPT = ("PDCHECK_GSM8K_DIR", "PDCHECK_CACHE_DIR", "PDCHECK_DIST_DIR")
 
 
 def _has_gpu() -> bool:

@@ -19,23 +19,29 @@ def fixtures() -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder to build into (default: $PDCHECK_CACHE_DIR/models, else ~/.cache/pdcheck/models).")
 @click.option("--force", is_flag=True, help="Rebuild even the models that already match fixtures/manifest.json.")
+@click.option("--only", multiple=True, metavar="NAME",
+              help="Only this model (repeatable); the trained ones need no torch, the random ones do.")
 @click.option("--write-manifest", is_flag=True,
               help="Maintainers: record the built files' sha256 in fixtures/manifest.json (after changing a recipe).")
-def tiny_models(out: Path | None, force: bool, write_manifest: bool) -> None:
-    """Build random-weight tiny models and install the trained ones; fast when already built."""
-    from pdcheck.fixtures.build import current_digests, ensure_tiny_models
+def tiny_models(out: Path | None, force: bool, only: tuple[str, ...], write_manifest: bool) -> None:
+    """Build random-weight tiny models and install the trained ones; fast when already built.
+
+    Exits 2 when a model could not be built (the table says why) or no model is defined."""
+    from pdcheck.fixtures.build import NOT_BUILT, FixtureError, current_digests, ensure_tiny_models
     from pdcheck.fixtures.manifest import load_manifest, write_manifest as save_manifest
 
-    results = ensure_tiny_models(out, force=force)
-    if write_manifest:
-        entries = load_manifest()
-        entries.update(current_digests(results[0].path.parent, [r.name for r in results]))
-        save_manifest(entries)
+    results = ensure_tiny_models(out, force=force, only=only)
     table = Table("model", "action", "manifest", "path")
     for r in results:
         status = "[green]match[/]" if r.matches_manifest or write_manifest else f"[yellow]{'; '.join(r.problems)}[/]"
         table.add_row(r.name, r.action, status, str(r.path))
     console.print(table)
+    if not_built := [r for r in results if r.action == NOT_BUILT]:
+        raise FixtureError(f"not built: {', '.join(r.name for r in not_built)}; {not_built[0].problems[0]}")
+    if write_manifest:
+        entries = load_manifest()
+        entries.update(current_digests(results[0].path.parent, [r.name for r in results]))
+        save_manifest(entries)
 
 
 @fixtures.command("train")

@@ -91,6 +91,9 @@ def up(sweep, cell_name, model, model_name, prefill_tp, decode_tp, prefill_insta
         try:  # Ctrl-C once everything is up is the normal way to stop: exit 0
             console.print(f"baseline  {endpoints.baseline_url}")
             console.print(f"pd proxy  {endpoints.pd_url}")
+            # Each server's own URL, so a user can put their own proxy or router in front.
+            for server in (*plan.prefills, *plan.decodes):
+                console.print(f"{server.name}  {server.url}")
             for url in endpoints.decoder_metrics_urls:
                 console.print(f"decoder metrics  {url}")
             for name, path in endpoints.log_paths.items():

@@ -9,6 +9,7 @@ from rich.live import Live
 from rich.table import Table
 
 from pdcheck.cli._common import console, err_console
+from pdcheck.cli.validate import list_option, shipped_sweeps_table
 from pdcheck.errors import ConfigError, ExitCode
 
 EXIT_CODES_HELP = """
@@ -33,7 +34,7 @@ def _render_report():
 
 @click.command(help="Run a sweep: each cell's PD topology against its no-PD baseline at every "
                "concurrency level, with verdicts, into a results folder.\n\nFILE is a sweep file or a shipped "
-               "sweep's name; without it, sweeps/default-gpu.yaml on GPU machines, else sweeps/cpu-smoke.yaml.\n"
+               "sweep's name (see --list); without it, default-gpu on GPU machines, else cpu-smoke.\n"
                + EXIT_CODES_HELP)
 @click.argument("file", required=False)
 @click.option("--out", type=click.Path(path_type=Path), help="Results folder (new). Default: pdcheck-results/<sweep>-<time>.")
@@ -44,19 +45,27 @@ def _render_report():
 @click.option("--dry-run", is_flag=True, help="Print the cells and every server's argv and env; start nothing.")
 @click.option("--check-argv/--no-check-argv", default=True, show_default=True,
               help="With --dry-run: run each distinct `vllm serve` argv through vLLM's own parser.")
+@click.option("--gpus", type=click.IntRange(min=0), metavar="N",
+              help="With --dry-run: plan for N GPUs (0..N-1) instead of this machine's, e.g. to check a GPU sweep on a laptop.")
 @click.option("--early-stop", is_flag=True, help="Skip a cell's higher concurrency levels once one is flagged.")
 @click.option("--continue-on-error/--fail-fast", default=True, show_default=True,
               help="On an infra failure, mark that cell INFRA-ERROR and go on, or stop the sweep.")
 @click.option("--baseline-url", help="Attach mode: your running no-PD baseline server.")
 @click.option("--pd-url", help="Attach mode: your running PD endpoint (proxy or router).")
 @click.option("--decoder-metrics-url", multiple=True, help="Attach mode: a decoder's /metrics (repeatable) for KV evidence.")
-def sweep(file, out, resume, shard, only, keyword, dry_run, check_argv, early_stop, continue_on_error,
-          baseline_url, pd_url, decoder_metrics_url) -> None:
+@list_option
+def sweep(file, out, resume, shard, only, keyword, dry_run, check_argv, gpus, early_stop, continue_on_error,
+          baseline_url, pd_url, decoder_metrics_url, list_shipped) -> None:
+    if list_shipped:
+        console.print(shipped_sweeps_table())
+        return
     from pdcheck.sweep.engine import SweepOptions
     from pdcheck.sweep.run import Attach, SweepRequest, default_sweep_file, parse_shard, prepare, run_sweep
 
     if (baseline_url is None) != (pd_url is None):
         raise ConfigError("attach mode needs both --baseline-url and --pd-url")
+    if gpus is not None and not dry_run:
+        raise ConfigError("--gpus plans a dry run for that many GPUs; add --dry-run (a real run uses the GPUs it finds)")
     if decoder_metrics_url and baseline_url is None:
         raise ConfigError("--decoder-metrics-url is for attach mode; give --baseline-url and --pd-url too")
     if file is None and resume is None:
@@ -64,7 +73,7 @@ def sweep(file, out, resume, shard, only, keyword, dry_run, check_argv, early_st
 
         gpus = read_inventory().count
         file = default_sweep_file(has_gpus=gpus > 0)
-        err_console.print(f"No sweep file given: using sweeps/{file}.yaml ({gpus} GPU(s) found).")
+        err_console.print(f"No sweep file given: using the shipped sweep {file} ({gpus} GPU(s) found).")
     attach = None
     if baseline_url is not None:
         from pdcheck.serving import attach as check_attach
@@ -78,7 +87,7 @@ def sweep(file, out, resume, shard, only, keyword, dry_run, check_argv, early_st
     if dry_run:
         from pdcheck.sweep.dryrun import dry_run as plan_dry_run
 
-        result = plan_dry_run(prepare(request), check_argv=check_argv)
+        result = plan_dry_run(prepare(request), check_argv=check_argv, gpus=gpus)
         console.print(result.text, markup=False, highlight=False, soft_wrap=True)
         raise click.exceptions.Exit(int(ExitCode.CONFIG if result.problems else ExitCode.OK))
     with LiveDisplay() as display:

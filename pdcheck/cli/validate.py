@@ -28,10 +28,32 @@ def cells_table(cells, title: str) -> Table:
     return table
 
 
+def shipped_sweeps_table() -> Table:
+    """The sweeps installed with pdcheck: bare name, one-line description, expected GPU-hours."""
+    from pdcheck.config.load import SWEEPS_DIR, shipped_sweep_names
+
+    table = Table("name", "description", "GPU-hours", title=f"shipped sweeps ({SWEEPS_DIR})")
+    for name in shipped_sweep_names():
+        spec = load_sweep(name)
+        hours = "?" if spec.expected_gpu_hours is None else f"{spec.expected_gpu_hours:g}"
+        table.add_row(name, spec.description, hours)
+    return table
+
+
+list_option = click.option("--list", "list_shipped", is_flag=True,
+                           help="List the shipped sweeps (name, description, expected GPU-hours) and exit.")
+
+
 @click.command()
-@click.argument("sweep_file")
-def validate(sweep_file: str) -> None:
+@click.argument("sweep_file", required=False)
+@list_option
+def validate(sweep_file: str | None, list_shipped: bool) -> None:
     """Check SWEEP_FILE (a path or a shipped sweep's name) and print its resolved cells."""
+    if list_shipped:
+        console.print(shipped_sweeps_table())
+        return
+    if sweep_file is None:
+        raise click.UsageError("give a sweep file or a shipped sweep's name (see --list)")
     spec = load_sweep(sweep_file)
     cells = expand_cells(spec)
     console.print(cells_table(cells, f"{spec.name}: {len(cells)} cells"))

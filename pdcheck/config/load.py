@@ -2,29 +2,40 @@
 
 from __future__ import annotations
 
+import difflib
+import re
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from pdcheck.config.paths import shipped_dir
 from pdcheck.config.schema import UNION_TAGS, SweepSpec
-from pdcheck.errors import SweepFileError
+from pdcheck.errors import SweepFileError, SweepFileErrors
 
 # The sweeps shipped with pdcheck, by bare name (`pdcheck sweep cpu-smoke`).
-SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
+SWEEPS_DIR = shipped_dir("sweeps")
+
+
+def shipped_sweep_names() -> list[str]:
+    return sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")) if SWEEPS_DIR.is_dir() else []
 
 
 def resolve_sweep_path(name_or_path: str | Path) -> Path:
+    """A path names the user's file; a bare name (`pr`, `pr.yaml`) not found as a file names a shipped sweep."""
     path = Path(name_or_path)
-    if path.exists():
+    if path.is_file():
         return path
-    shipped = SWEEPS_DIR / f"{name_or_path}.yaml"
-    if shipped.exists():
-        return shipped
-    available = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")) if SWEEPS_DIR.is_dir() else []
+    if len(path.parts) == 1:
+        shipped = SWEEPS_DIR / f"{path.name.removesuffix('.yaml')}.yaml"
+        if shipped.is_file():
+            return shipped
     raise SweepFileError(
-        f"no such sweep file; shipped sweeps: {', '.join(available) or 'none'}", path=str(name_or_path)
+        f"no such sweep file; shipped sweeps: {', '.join(shipped_sweep_names()) or 'none'} "
+        "(name one bare, or give a path to your own file)",
+        path=str(name_or_path),
     )
 
 
@@ -45,18 +56,23 @@ def load_sweep(path: str | Path) -> SweepSpec:
 
 
 def parse_sweep(data: dict[str, Any], *, source: str = "<sweep>", node: yaml.Node | None = None) -> SweepSpec:
+    """A validated spec, or a `SweepFileError` naming every problem (each with line and key path)."""
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = _clean_loc(err["loc"])
-        key = ".".join(str(p) for p in loc) or None
-        line = _line_of(node, loc) if node is not None else None
-        more = len(exc.errors()) - 1
-        msg = _explain(err)
-        if more:
-            msg += f" (and {more} more error{'s' if more > 1 else ''})"
-        raise SweepFileError(msg, path=source, line=line, key=key) from None
+        problems = []
+        seen: set[tuple] = set()
+        for err in exc.errors():
+            loc = _clean_loc(err["loc"])
+            msg = _explain(err, loc)
+            if (loc, msg) in seen:
+                continue
+            seen.add((loc, msg))
+            key = ".".join(str(p) for p in loc) or None
+            line = _line_of(node, loc) if node is not None else None
+            problems.append(SweepFileError(msg, path=source, line=line, key=key))
+        problems.sort(key=lambda p: p.line or 0)
+        raise (problems[0] if len(problems) == 1 else SweepFileErrors(problems)) from None
     problem = _cross_reference_problem(spec)
     if problem is not None:
         loc, msg = problem
@@ -92,20 +108,52 @@ def _clean_loc(loc: tuple) -> tuple:
     return tuple(p for p in loc if not (isinstance(p, str) and (p in branch_names or "[" in p)))
 
 
-def _explain(err: dict) -> str:
+def _explain(err: dict, loc: tuple) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
-        return "unknown key; check the spelling against the sweep schema (docs/sweep-files.md)"
+        allowed = _allowed_keys(loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        listed = f"allowed here: {', '.join(allowed)} " if allowed else ""
+        return f"unknown key; {hint}{listed}(docs/sweep-files.md)"
     if kind == "missing":
         return "required key is missing"
     if kind == "literal_error":
-        return f"invalid value {err.get('input')!r}; {err['msg'].lower()}"
+        allowed = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
+        close = difflib.get_close_matches(str(err.get("input")), allowed, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"invalid value {err.get('input')!r}; {err['msg'].lower()}{hint}"
     if kind in ("greater_than", "greater_than_equal") and err.get("ctx", {}).get("gt") == 0:
         return f"must be a positive integer, got {err.get('input')!r}"
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     return f"{msg} (got {err.get('input')!r})"
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    """The keys the schema accepts in the mapping at `loc` (cleaned), found by walking the models' fields."""
+    kind: Any = SweepSpec
+    for part in loc:
+        kind = _mapping_model(kind)
+        if kind is None:
+            return []
+        if isinstance(part, int):
+            continue  # `kind` was a list of models: the element is that model
+        field = kind.model_fields.get(str(part))
+        if field is None:
+            return []
+        kind = field.annotation
+    model = _mapping_model(kind)
+    return list(model.model_fields) if model is not None else []
+
+
+def _mapping_model(kind: Any) -> type[BaseModel] | None:
+    """The one pydantic model inside an annotation (through Annotated, unions, tuples and lists)."""
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return kind
+    models = {m for arg in typing.get_args(kind) if (m := _mapping_model(arg)) is not None}
+    return models.pop() if len(models) == 1 else None
 
 
 def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:

@@ -1,11 +1,26 @@
-"""Where pdcheck keeps things outside the repo: the tiny-model cache and result folders."""
+"""Where pdcheck finds its shipped data (sweeps, fixtures) and keeps things outside it (the model cache)."""
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 from pathlib import Path
 
 FIXTURE_PREFIX = "fixture:"
+
+
+def shipped_dir(name: str) -> Path:
+    """The folder `name` (`sweeps` or `fixtures`) shipped inside the installed pdcheck package.
+
+    Read through importlib.resources so a wheel finds its own copy wherever it is installed. In
+    the repo, pdcheck/data/<name> is a link to the top-level folder, the one source of truth;
+    the wheel and sdist carry real files there.
+    """
+    folder = importlib.resources.files("pdcheck") / "data" / name
+    if not isinstance(folder, Path):
+        # Model weights are copied and hashed as files; a zipped install cannot serve them.
+        raise RuntimeError(f"pdcheck's {name} data is not on the file system ({folder!r}); install pdcheck unzipped")
+    return folder
 
 
 def cache_dir() -> Path:

@@ -209,6 +209,8 @@ class SweepSpec(_Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     name: Annotated[str, Field(min_length=1)]
     description: str = ""
+    # What a full run costs, shown by `pdcheck sweep --list` so a user can pick a sweep.
+    expected_gpu_hours: Annotated[float, Field(ge=0)] | None = None
     models: tuple[ModelSpec, ...]
     matrix: Matrix = Matrix()
     include: tuple[Selector, ...] = ()

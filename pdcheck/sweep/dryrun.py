@@ -20,12 +20,17 @@ class DryRun:
     jobs: int
 
 
-def dry_run(prepared: PreparedSweep, *, check_argv: bool = True) -> DryRun:
+def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | None = None) -> DryRun:
+    """`gpus`: plan for that many GPUs (indices 0..gpus-1) instead of the ones this machine has."""
     from pdcheck.serving.argcheck import check_serve_argvs
     from pdcheck.serving.environment import probe_vllm
+    from pdcheck.serving.gpus import Gpu, GpuInventory
     from pdcheck.sweep.serving_backend import ServingBackend
 
-    backend = ServingBackend.for_cells(prepared.cells)
+    if gpus is None:
+        backend = ServingBackend.for_cells(prepared.cells)
+    else:
+        backend = ServingBackend(GpuInventory(tuple(Gpu(i, "planned") for i in range(gpus)), "--gpus"))
     jobs = plan_jobs(list(prepared.cells), build_fingerprint=lambda c: str(backend.provenance(c)))
     waves = pack(jobs, gpu_indices=backend.gpu_indices)
     lines = [f"# sweep {prepared.spec.name} ({prepared.path}), {len(prepared.cells)} cells, "

@@ -12,6 +12,10 @@ def render_junit(results: RunResults) -> str:
     """A <testsuite> named after the sweep; fail → <failure>, infra → <error>, inconclusive → <skipped>."""
     sweep = results.info.sweep.get("name") or "pdcheck"
     suite = ET.Element("testsuite", name=f"pdcheck.{sweep}")
+    # Which pdcheck judged the run, as every report says (the run's own stamp, not this process's).
+    properties = ET.SubElement(suite, "properties")
+    ET.SubElement(properties, "property", name="pdcheck_version",
+                  value=str(results.info.environment.get("pdcheck_version") or "unknown"))
     tests = failures = errors = skipped = 0
     for cell in results.cells:
         for concurrency, outcome in cell_outcomes(cell):

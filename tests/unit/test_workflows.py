@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -114,9 +116,10 @@ def test_gpu_workflow_shards_merges_reports_and_keeps_one_comment():
     assert shard["strategy"]["matrix"]["shard"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
     labels_step = next(s for s in _steps(workflow, "plan") if s.get("id") == "labels")
     assert "vars.PDCHECK_GPU_RUNNER_LABELS" in labels_step["env"]["LABELS"]
-    sweep_script = next(s["run"] for s in shard["steps"] if "pdcheck sweep" in s.get("run", ""))
-    assert "--shard ${{ matrix.shard }}/${{ needs.plan.outputs.count }}" in sweep_script
-    assert "sweeps/pr.yaml" in workflow["env"]["SWEEP_FILE"]
+    gate = next(s for s in shard["steps"] if s.get("uses") == "./")
+    assert gate["with"]["shard"] == "${{ matrix.shard }}/${{ needs.plan.outputs.count }}"
+    assert gate["with"]["sweep"] == "${{ env.SWEEP_FILE }}" and gate["with"]["gate"] == "false"
+    assert "'pr'" in workflow["env"]["SWEEP_FILE"]
 
     report = workflow["jobs"]["report"]
     assert report["needs"] == ["plan", "shard"] and report["if"].startswith("always()")
@@ -134,3 +137,66 @@ def test_gpu_workflow_shards_merges_reports_and_keeps_one_comment():
 def test_shipped_pr_sweep_exists():
     """The GPU workflow's default sweep file is in the repo."""
     assert (ROOT / "sweeps" / "pr.yaml").is_file()
+
+
+def _module_invocations(scripts: list[str]) -> list[list[str]]:
+    """`pdcheck` argv lists run as `"$PYTHON" -m pdcheck ...` (how action.yml calls the installed package)."""
+    found = []
+    for script in scripts:
+        script = re.sub(r"\$\{[A-Z_]+:\+[^}]*\}", "", script)  # ${SHARD:+--shard "$SHARD"}: optional words
+        for line in script.splitlines():
+            for part in re.split(r"&&|\|\||;|\|", line):
+                if "-m pdcheck" not in part:
+                    continue
+                words = shlex.split(part, comments=True)
+                if words[1:3] == ["-m", "pdcheck"] and len(words) > 3 and not words[3].startswith("-"):
+                    found.append(words[3:])
+    return found
+
+
+def test_action_has_its_inputs_outputs_and_calls_real_commands():
+    """action.yml: composite; sweep, vLLM, shard and output in; exit code and report path out; report to the summary."""
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    assert action["runs"]["using"] == "composite"
+    assert {"sweep", "vllm", "shard", "output"} <= set(action["inputs"])
+    assert set(action["outputs"]) == {"exit-code", "report"}
+    scripts = [step["run"] for step in action["runs"]["steps"] if "run" in step]
+    assert any("GITHUB_STEP_SUMMARY" in script for script in scripts)
+    assert all("${{" not in script for script in scripts), "inputs reach scripts through env, never spliced into code"
+    invocations = _module_invocations(scripts)
+    assert {argv[0] for argv in invocations} >= {"sweep", "report"}
+    for argv in invocations:
+        _check_invocation(argv)
+
+
+def test_release_builds_tests_and_publishes_on_tags_and_never_on_forks():
+    """release.yml: tags only; every job guarded against forks (itself or through `needs`); the install
+    test runs on the built archives before PyPI trusted publishing."""
+    workflow = _load("release.yml")
+    assert set(workflow["on"]) == {"push"} and set(workflow["on"]["push"]) == {"tags"}
+    jobs = workflow["jobs"]
+
+    def guarded(name: str) -> bool:
+        job = jobs[name]
+        needs = job.get("needs", [])
+        needs = [needs] if isinstance(needs, str) else needs
+        return "!github.event.repository.fork" in str(job.get("if", "")) or any(guarded(n) for n in needs)
+
+    assert all(guarded(name) for name in jobs)
+    test = jobs["install-test"]
+    step = next(s for s in test["steps"] if "tests/install" in s.get("run", ""))
+    assert "PDCHECK_DIST_DIR" in step["env"]
+    publish = jobs["publish"]
+    assert "install-test" in publish["needs"] and publish["permissions"] == {"id-token": "write"}
+    assert any(str(s.get("uses", "")).startswith("pypa/gh-action-pypi-publish") for s in publish["steps"])
+    assert not any("password" in str(s.get("with", {})) for s in publish["steps"]), "trusted publishing: no token"
+
+
+@pytest.mark.slow
+def test_workflows_and_action_match_the_github_schemas():
+    """Every workflow and action.yml validate against GitHub's published schemas (vendored by check-jsonschema)."""
+    workflows = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
+    for schema, files in (("vendor.github-workflows", workflows), ("vendor.github-actions", [str(ROOT / "action.yml")])):
+        proc = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, *files],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pdcheck.config import expand_cells, load_sweep, select_cells
-from pdcheck.config.load import SWEEPS_DIR
-from pdcheck.errors import ConfigError, SweepFileError
+from pdcheck.config.load import SWEEPS_DIR, resolve_sweep_path, shipped_sweep_names
+from pdcheck.errors import ConfigError, SweepFileError, SweepFileErrors
 
 BASE = """\
 name: t
@@ -134,3 +134,52 @@ def test_bad_injection_and_environment_reference(tmp_path):
 def test_missing_file_lists_shipped_sweeps():
     with pytest.raises(SweepFileError, match="shipped sweeps: .*cpu-smoke"):
         load_sweep("no-such-sweep")
+
+
+def test_every_problem_is_named_with_its_line_key_and_a_did_you_mean(tmp_path):
+    """A missing `name` does not hide the misspelt keys below it: each problem has its own line and key path."""
+    text = BASE.replace("name: t\n", "").replace("    kind: hybrid", "    kind: hybird\n    serve_arg: [--x]")
+    text = text.replace("  concurrency: [8, 1]", "  concurency: [8, 1]")
+    with pytest.raises(SweepFileErrors) as caught:
+        load_sweep(write(tmp_path, text))
+    found = {(p.line, p.key): str(p) for p in caught.value.problems}
+    assert set(found) == {(1, "name"), (6, "models.1.kind"), (7, "models.1.serve_arg"), (12, "matrix.concurency")}
+    assert "did you mean 'serve_args'?" in found[(7, "models.1.serve_arg")]
+    assert "did you mean 'concurrency'?" in found[(12, "matrix.concurency")]
+    assert "did you mean 'hybrid'?" in found[(6, "models.1.kind")]
+    assert "4 problems" in str(caught.value) and all(message in str(caught.value) for message in found.values())
+
+
+def test_unknown_key_inside_a_list_of_unions_gets_a_suggestion(tmp_path):
+    """An arm definition's misspelt key is found through the built-in-name-or-mapping union."""
+    text = BASE.replace("arms: [fixes-on, fixes-off]", "arms: [fixes-on, {name: x, injekt: 'zero-loaded-kv:0.5'}]")
+    with pytest.raises(SweepFileError, match=r"matrix\.arms\.1\.injekt: unknown key; did you mean 'inject'\?"):
+        load_sweep(write(tmp_path, text))
+
+
+def test_bare_names_find_shipped_sweeps_and_paths_find_files(tmp_path, monkeypatch):
+    """`pr` and `pr.yaml` name the shipped sweep from any folder; a path that does not exist is an error."""
+    monkeypatch.chdir(tmp_path)
+    assert resolve_sweep_path("pr") == SWEEPS_DIR / "pr.yaml" == resolve_sweep_path("pr.yaml")
+    with pytest.raises(SweepFileError, match="shipped sweeps: .*pr"):
+        resolve_sweep_path("sweeps/pr.yaml")
+    mine = write(tmp_path, BASE)
+    assert resolve_sweep_path(str(mine)) == mine
+
+
+def test_shipped_sweeps_say_what_they_cost(monkeypatch):
+    """`pdcheck sweep --list` shows each shipped sweep's description and expected GPU-hours."""
+    from click.testing import CliRunner
+
+    from pdcheck.cli import cli
+    from pdcheck.cli._common import console
+
+    monkeypatch.setattr(console, "width", 300)
+    result = CliRunner().invoke(cli, ["sweep", "--list"])
+    assert result.exit_code == 0, result.output
+    for name in shipped_sweep_names():
+        spec = load_sweep(name)
+        assert spec.description and spec.expected_gpu_hours is not None, name
+        assert name in result.output and spec.description in result.output
+        assert f"│ {spec.expected_gpu_hours:g} " in result.output
+    assert CliRunner().invoke(cli, ["validate", "--list"]).output == result.output

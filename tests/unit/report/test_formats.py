@@ -88,3 +88,14 @@ def test_cli_against_puts_the_changed_result_first(make_run):
     assert result.exit_code == 1, result.output
     header, body = tables(result.output)[0]
     assert header[-1] == "Before" and "tiny-granite" in body[0][0] and body[0][1] == "8"
+
+
+def test_every_format_names_the_pdcheck_that_judged_the_run(make_run):
+    """Markdown, JSON and JUnit each carry the pdcheck version stamped into the run."""
+    run = load_run(make_run(PLANS))
+    version = run.info.environment["pdcheck_version"]
+    assert version
+    assert f"- pdcheck: {version}" in render_markdown(run)
+    assert json.loads(render_json(run))["environment"]["pdcheck_version"] == version
+    prop = ET.fromstring(render_junit(run)).find("properties/property[@name='pdcheck_version']")
+    assert prop is not None and prop.get("value") == version

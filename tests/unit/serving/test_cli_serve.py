@@ -136,3 +136,23 @@ def test_interrupting_pdcheck_up_leaves_no_child(tmp_path, sig, phase):
     assert wait_gone(pids) == []
     assert rc == {("startup", signal.SIGINT): 130, ("startup", signal.SIGTERM): 143,
                   ("run", signal.SIGINT): 0, ("run", signal.SIGTERM): 143}[(phase, sig)]
+
+
+def test_up_prints_every_server_url(tmp_path):
+    """`pdcheck up` prints the baseline, the proxy, and every prefill and decode server's own URL."""
+    sweep = _stub_sweep(tmp_path, "ok")
+    pdcheck = str(Path(sys.executable).with_name("pdcheck"))
+    proc = subprocess.Popen([pdcheck, "up", sweep, "--run-dir", str(tmp_path / "run")], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=default_ctrl_c)
+    try:
+        lines = []
+        while not (lines and lines[-1].startswith("log ")):
+            lines.append(proc.stdout.readline())
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    urls = dict(line.split(None, 1) for line in lines if "  http://" in line and not line.startswith("decoder"))
+    assert {"baseline", "pd", "prefill-0", "decode-0"} <= set(urls), lines
+    assert len(set(urls.values())) == len(urls)

@@ -73,6 +73,19 @@ def test_dry_run_prints_every_server_and_starts_nothing(sweep_file, tmp_path, ca
     assert not out.exists()
 
 
+def test_dry_run_plans_a_gpu_sweep_for_gpus_this_machine_lacks(tmp_path, capsys, monkeypatch):
+    """`--dry-run --gpus N` plans the shipped GPU sweep on a machine without GPUs; --gpus alone is refused."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    out = tmp_path / "never"
+    assert main(["sweep", "pr", "--dry-run", "--gpus", "4", "--no-check-argv", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "4 cells" in text and "(gpu)" in text and "CUDA_VISIBLE_DEVICES=2 " in text
+    assert main(["sweep", "pr", "--dry-run", "--no-check-argv", "--out", str(out)]) == 3, "0 GPUs cannot fit pr"
+    assert main(["sweep", "pr", "--gpus", "4", "--out", str(out)]) == 3
+    assert not out.exists()
+
+
 def test_an_empty_shard_is_a_clean_empty_run(sweep_file, tmp_path):
     """With more shards than cells some shard is empty: it finishes with no cells and exit 0, and merges."""
     from pdcheck.config import expand_cells, load_sweep
