@@ -159,6 +159,31 @@ def _patched(owner: type, attr: str, make: Callable[[Any], Any]) -> Iterator[Non
         setattr(owner, attr, current)
 
 
+def on_scheduler_built(callback: Callable[[bool], None]) -> None:
+    """Call `callback(async_scheduling)` whenever this process builds a Scheduler (AsyncScheduler
+    included), after its __init__ and any fix switch installed before this hook have run.
+
+    The process that builds the scheduler is the one whose fix switches matter, whatever it is
+    named; `async_scheduling` is the value vLLM resolved, which a platform may have forced off.
+    Permanent and idempotent: a server keeps it for its lifetime.
+    """
+    cls = _scheduler_cls()
+    current = cls.__dict__["__init__"]
+    if getattr(current, _BUILT_HOOK_MARK, False):
+        return
+
+    @functools.wraps(current)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        current(self, *args, **kwargs)
+        callback(bool(self.scheduler_config.async_scheduling))
+
+    setattr(__init__, _BUILT_HOOK_MARK, True)
+    cls.__init__ = __init__
+
+
+_BUILT_HOOK_MARK = "_pdcheck_built_hook"
+
+
 def patch_block_reuse_fix_off() -> contextlib.AbstractContextManager[None]:
     """New Scheduler instances free a request's blocks at once even with a step in flight."""
 

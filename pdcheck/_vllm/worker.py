@@ -51,6 +51,8 @@ _KV_CACHE_INTERFACE_MODULE = "vllm.v1.kv_cache_interface"
 # Instance attributes of NixlBaseConnectorWorker the hook reads (set in __init__ or
 # register_kv_caches, so checked in the class source rather than on the class).
 _WORKER_ATTRS = ("_recving_metadata", "device_kv_caches", "kv_cache_config", "_group_spec_types", "tp_rank")
+# Methods the hook wraps, with the parameters vLLM calls them with.
+_WORKER_METHODS = {"get_transfer_results": ["self"], "register_kv_caches": ["self", "kv_caches"]}
 _WRAPPED_MARK = "_pdcheck_wrapped"
 
 # The module that builds NIXL agents: nixl's top package re-exports one of these backends
@@ -82,9 +84,10 @@ def check_worker_names() -> None:
     missing: list[str] = []
     worker_cls = _attr(_NIXL_WORKER_MODULE, "NixlBaseConnectorWorker", missing)
     if worker_cls is not None:
-        method = getattr(worker_cls, "get_transfer_results", None)
-        if method is None or list(inspect.signature(method).parameters) != ["self"]:
-            missing.append("NixlBaseConnectorWorker.get_transfer_results(self)")
+        for name, params in _WORKER_METHODS.items():
+            method = getattr(worker_cls, name, None)
+            if method is None or list(inspect.signature(method).parameters) != params:
+                missing.append(f"NixlBaseConnectorWorker.{name}({', '.join(params)})")
         try:
             source = inspect.getsource(worker_cls)
         except (OSError, TypeError):
@@ -102,16 +105,28 @@ def check_worker_names() -> None:
         raise VllmIncompatible(vllm_version(), list(dict.fromkeys(missing)))
 
 
-def install_receive_hook(on_loaded: Callable[[list[LoadedRequest]], None]) -> None:
+def install_receive_hook(on_loaded: Callable[[list[LoadedRequest]], None], *,
+                         on_kv_caches_registered: Callable[[int], None]) -> None:
     """Call `on_loaded` with every receive that just finished, in the worker, before any forward reads it.
 
     Wraps `NixlBaseConnectorWorker.get_transfer_results` at class level, so it must run before
-    the connector is built (vLLM loads general plugins in the worker before that). Idempotent.
+    the connector is built (vLLM loads general plugins in the worker before that). Also calls
+    `on_kv_caches_registered(tp_rank)` once a worker in this process has registered its KV
+    caches with the hook in place: the proof that the hook is where the receives happen,
+    whichever process (a `VllmWorker-*`, or `EngineCore` with CUDA's TP-1 `uni` executor)
+    hosts the worker. Idempotent.
     """
     worker_cls = importlib.import_module(_NIXL_WORKER_MODULE).NixlBaseConnectorWorker
     original = worker_cls.get_transfer_results
     if getattr(original, _WRAPPED_MARK, False):
         return
+    register_kv_caches = worker_cls.register_kv_caches
+
+    @functools.wraps(register_kv_caches)
+    def registered(self, kv_caches):
+        result = register_kv_caches(self, kv_caches)
+        on_kv_caches_registered(int(self.tp_rank))
+        return result
 
     @functools.wraps(original)
     def get_transfer_results(self):
@@ -125,6 +140,7 @@ def install_receive_hook(on_loaded: Callable[[list[LoadedRequest]], None]) -> No
 
     setattr(get_transfer_results, _WRAPPED_MARK, True)
     worker_cls.get_transfer_results = get_transfer_results
+    worker_cls.register_kv_caches = registered
 
 
 def _loaded_request(worker: Any, request_id: str, meta: Any) -> LoadedRequest:

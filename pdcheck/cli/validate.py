@@ -6,12 +6,19 @@ import click
 from rich.table import Table
 
 from pdcheck.cli._common import console
-from pdcheck.config import expand_cells, load_sweep
+from pdcheck.config import expand_cells, level_expectation, load_sweep
+
+
+def expected_levels(cell) -> str:
+    """The concurrency levels where the cell is expected to be flagged, and those that must PASS."""
+    flags = {c: level_expectation(cell, c).flag for c in cell.concurrency}
+    groups = [(word, [str(c) for c, f in flags.items() if f == want]) for word, want in (("flag", True), ("PASS", False))]
+    return "; ".join(f"{word} c{','.join(levels)}" for word, levels in groups if levels)
 
 
 def cells_table(cells, title: str) -> Table:
     table = Table(title=title)
-    for col in ("id", "name", "model", "P", "D", "async", "arm", "concurrency", "GPUs"):
+    for col in ("id", "name", "model", "P", "D", "async", "arm", "concurrency", "expected", "GPUs"):
         table.add_column(col)
     for c in cells:
         table.add_row(
@@ -23,6 +30,7 @@ def cells_table(cells, title: str) -> Table:
             "on" if c.async_scheduling else "off",
             c.arm.name + (" (canary)" if c.arm.canary else ""),
             ",".join(map(str, c.concurrency)),
+            expected_levels(c),
             str(c.gpus_needed),
         )
     return table
@@ -57,3 +65,9 @@ def validate(sweep_file: str | None, list_shipped: bool) -> None:
     spec = load_sweep(sweep_file)
     cells = expand_cells(spec)
     console.print(cells_table(cells, f"{spec.name}: {len(cells)} cells"))
+    reasons = {(c.arm.name, why) for c in cells if c.arm.canary
+               for why in {level_expectation(c, level).why for level in c.concurrency}}
+    if reasons:
+        console.print("Why canary levels are expected to flag, or run as controls that must PASS:")
+        for arm, why in sorted(reasons):
+            console.print(f"  {arm}: {why}", highlight=False)

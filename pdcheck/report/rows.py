@@ -29,7 +29,7 @@ class ResultRow:
     model: str
     arm: str
     concurrency: int
-    canary: bool
+    canary: bool  # expected to be flagged at this level
     status: str  # pass, fail, infra or inconclusive, after the canary logic
     verdict: str
     reason: str
@@ -45,6 +45,8 @@ class ResultRow:
     kv_tokens: int | None = None
     mde_pts: float | None = None
     baseline_reused_from: str | None = None
+    # A canary arm's level where its race cannot fire (async off or concurrency 1): must PASS.
+    control: bool = False
 
     @property
     def key(self) -> tuple[str, int]:
@@ -118,7 +120,8 @@ def build_rows(run: RunResults) -> list[ResultRow]:
                 model=_cell_field(cell, "model", "name"),
                 arm=_cell_field(cell, "arm", "name"),
                 concurrency=concurrency,
-                canary=cell.canary,
+                canary=outcome.canary,
+                control=cell.canary and not outcome.canary,
                 status=outcome.status,
                 verdict=outcome.verdict,
                 reason=outcome.reason,

@@ -128,7 +128,7 @@ def environment_section(environment: dict[str, Any], *, dataset_sha256: str | No
 
 
 def _config(row: ResultRow) -> str:
-    return f"`{row.cell}`" + (" 🐤 canary" if row.canary else "")
+    return f"`{row.cell}`" + (" 🐤 canary" if row.canary else " (canary arm as a control: must PASS)" if row.control else "")
 
 
 def _verdict(row: ResultRow) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,11 +35,17 @@ CPU_KV_CACHE_BYTES = 128 * 1024 * 1024
 CPU_NIXL_PTHR_DELAY_US = 1000
 
 _KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True)
 class ServerPorts:
-    """The ports one server owns: HTTP, NIXL side channel (TP consecutive), and VLLM_PORT's base."""
+    """The ports one server owns: HTTP, NIXL side channel, and VLLM_PORT's base.
+
+    vLLM's NIXL side channel is one listener per engine at VLLM_NIXL_SIDE_CHANNEL_PORT + the
+    engine's data-parallel index, serving every TP rank (nixl/base_scheduler.py), so a server
+    without data parallelism listens on `side_channel` alone.
+    """
 
     http: int
     side_channel: int
@@ -91,8 +97,9 @@ def build_serve_argv(
     base = ["--host", cell.serving.host, "--port", str(port), "--tensor-parallel-size", str(tp_for(cell, role))]
     if role != "baseline":
         base += ["--kv-transfer-config", kv_transfer_config(cell, role=role)]
-    if not cell.async_scheduling:
-        base.append("--no-async-scheduling")
+    # Explicit both ways: vLLM quietly turns a defaulted async off in some configurations, but
+    # fails at start-up when it cannot honour an explicit --async-scheduling.
+    base.append("--async-scheduling" if cell.async_scheduling else "--no-async-scheduling")
     if cell.attention_backend:
         base += ["--attention-backend", cell.attention_backend]
     if platform == "cpu":
@@ -101,7 +108,19 @@ def build_serve_argv(
         base += ["--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", str(CPU_KV_CACHE_BYTES)]
     args = apply_overrides(base, cell.model.serve_args)
     args = apply_overrides(args, cell.serving.extra_serve_args)
-    return head + args
+    return head + apply_overrides(args, arm_serve_args(cell, role=role))
+
+
+def arm_serve_args(cell: Cell, *, role: Role) -> list[str]:
+    """Flags the arm's meaning depends on, applied last so no other layer undoes them.
+
+    An injected decoder runs without prefix caching: with a shared few-shot prefix, one
+    corrupted cached block would spread to questions that were never injected, and the
+    injection's precision and recall would mean nothing.
+    """
+    if role == "decode" and cell.arm.inject is not None:
+        return ["--no-enable-prefix-caching"]
+    return []
 
 
 def build_env(
@@ -110,15 +129,17 @@ def build_env(
     role: Role,
     ports: ServerPorts,
     platform: Platform,
-    gpus: Sequence[int] = (),
+    gpus: Sequence[str] = (),
     cpu_bind: str | None = None,
     plugin_dir: str | None = None,
+    inherited: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The variables one server adds to the inherited environment.
 
-    Layers, later wins: pdcheck's transport and device variables, the cell's env, the model's
-    env, then the plugin contract (VLLM_PLUGINS and PDCHECK_*), which a user env cannot undo
-    because the arm's meaning depends on it.
+    Layers, later wins: pdcheck's transport, device and model-kind variables, the cell's env,
+    the model's env, then the plugin contract (PDCHECK_*, and VLLM_PLUGINS when an allow-list
+    must name pdcheck), which a user env cannot undo because the arm's meaning depends on it.
+    `inherited` is the environment the server starts from (default: this process's).
     """
     env: dict[str, str] = {
         "VLLM_PORT": str(ports.vllm_port),
@@ -126,15 +147,29 @@ def build_env(
     }
     if role != "baseline":
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(ports.side_channel)
+        if cell.serving.host not in LOOPBACK_HOSTS:
+            # vLLM's default is localhost: the prefiller would tell remote decoders to fetch from it.
+            env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = cell.serving.host
     if platform == "gpu":
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        # nvidia-smi numbers GPUs in PCI bus order; CUDA's default order is fastest first.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     elif cpu_bind is not None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind
+    if cell.model.kind == "hybrid":
+        # NIXL's worker asserts the DS conv-state layout for Mamba-style models; vLLM's default
+        # is SD, and only the CPU platform switches by itself. Both sides of the comparison
+        # get it, so the layout is not a difference between baseline and PD.
+        env["VLLM_SSM_CONV_STATE_LAYOUT"] = "DS"
     if _is_local_model(cell.model.path):
         env["HF_HUB_OFFLINE"] = "1"
     env.update(cell.env)
     env.update(cell.model.env)
-    env.update(plugin_env(cell, role=role, platform=platform, plugin_dir=plugin_dir))
+    pdcheck_vars = plugin_env(cell, role=role, platform=platform, plugin_dir=plugin_dir)
+    env.update(pdcheck_vars)
+    allowed = env.get("VLLM_PLUGINS", (os.environ if inherited is None else inherited).get("VLLM_PLUGINS"))
+    if needs_plugin(pdcheck_vars) and allowed is not None:
+        env["VLLM_PLUGINS"] = with_pdcheck_plugin(allowed)
     return env
 
 
@@ -151,9 +186,23 @@ def plugin_env(cell: Cell, *, role: Role, platform: Platform, plugin_dir: str | 
         env["PDCHECK_NIXL_PTHR_DELAY_US"] = str(CPU_NIXL_PTHR_DELAY_US)
     if plugin_dir is not None:
         env["PDCHECK_PLUGIN_DIR"] = plugin_dir
-    if env:
-        env["VLLM_PLUGINS"] = "pdcheck"
     return env
+
+
+def needs_plugin(pdcheck_vars: Mapping[str, str]) -> bool:
+    """True when a server's PDCHECK_* variables switch something on (not just the marker folder)."""
+    return any(name != "PDCHECK_PLUGIN_DIR" for name in pdcheck_vars)
+
+
+def with_pdcheck_plugin(allowed: str) -> str:
+    """A VLLM_PLUGINS allow-list that also names pdcheck.
+
+    Unset, VLLM_PLUGINS loads every installed plugin, pdcheck's included; set, it is an
+    allow-list for every plugin group (general and platform plugins alike), so pdcheck is
+    added to the user's list rather than replacing it.
+    """
+    names = [n.strip() for n in allowed.split(",") if n.strip()]
+    return ",".join([*names, "pdcheck"] if "pdcheck" not in names else names)
 
 
 def arm_needs_plugin(cell: Cell) -> bool:

@@ -8,8 +8,9 @@ from pdcheck.errors import GpuInventoryError
 from pdcheck.serving.gpus import GpuInventory
 
 
-def assign_gpus(needs: Sequence[tuple[str, int]], inventory: GpuInventory) -> list[tuple[int, ...]]:
-    """One disjoint, contiguous run of the inventory's GPUs per (server name, GPU count), in order.
+def assign_gpus(needs: Sequence[tuple[str, int]], inventory: GpuInventory) -> list[tuple[str, ...]]:
+    """One disjoint, contiguous run of the inventory's devices per (server name, GPU count), in order,
+    each device named as CUDA_VISIBLE_DEVICES should name it.
 
     Refuses (before anything starts) a topology that needs more GPUs than there are, saying
     how many it needs, for which servers, and how many the inventory has.
@@ -21,11 +22,11 @@ def assign_gpus(needs: Sequence[tuple[str, int]], inventory: GpuInventory) -> li
             f"this topology needs {total} GPUs ({detail}) but the inventory ({inventory.source}) has "
             f"{inventory.count}; use fewer instances or smaller TP, or run on a larger machine"
         )
-    indices = inventory.indices
-    sets: list[tuple[int, ...]] = []
+    devices = [g.device for g in inventory.gpus]
+    sets: list[tuple[str, ...]] = []
     start = 0
     for _, n in needs:
-        sets.append(tuple(indices[start:start + n]))
+        sets.append(tuple(devices[start:start + n]))
         start += n
     return sets
 

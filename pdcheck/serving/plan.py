@@ -59,6 +59,7 @@ class TopologyPlan:
     proxy_port: int
     needs_plugin: bool
     ready_timeout_s: float
+    async_scheduling: bool  # what the cell asks for; each server's scheduler reports what it got
 
     @property
     def servers(self) -> tuple[ServerPlan, ...]:
@@ -138,4 +139,5 @@ def plan_topology(
         proxy_port=ports.http_port(),
         needs_plugin=arm_needs_plugin(cell),
         ready_timeout_s=cell.serving.ready_timeout_s,
+        async_scheduling=cell.async_scheduling,
     )

@@ -1,8 +1,10 @@
 """Port allocation: HTTP, NIXL side-channel and VLLM_PORT ranges that never collide.
 
 Each server takes a *slot*. A slot maps to one HTTP port, a block of side-channel ports
-(vLLM adds the TP rank to the base) and a block of VLLM_PORT ports (vLLM scans upward from
-the base for its internal sockets). The three ranges are disjoint, sit below Linux's
+(vLLM listens on the base + the engine's data-parallel index, one listener per engine that
+serves every TP rank; pdcheck runs one engine per server, so it uses the base alone and the
+rest of the block is spare) and a block of VLLM_PORT ports (vLLM scans upward from the base
+for its internal sockets). The three ranges are disjoint, sit below Linux's
 ephemeral range (32768+), and are split per pytest-xdist worker, so parallel workers never
 pick the same ports. Inside one process a shared counter hands out slots, so several
 topologies at once never collide either. Across processes (two pdcheck runs, or a test and a
@@ -30,7 +32,7 @@ from pdcheck.serving.argv import ServerPorts
 SLOTS_PER_WORKER = 100
 WORKER_BUCKETS = 8  # xdist workers gw0..gw7 get disjoint ranges; gw8 shares gw0's (and so on)
 HTTP_BASE = 20000  # 20000-20799
-SIDE_CHANNEL_BASE = 21000  # 21000-27399: 8 ports (TP ≤ 8) per slot
+SIDE_CHANNEL_BASE = 21000  # 21000-27399: 8 ports per slot, the first one used (one engine per server)
 SIDE_CHANNEL_STRIDE = 8
 VLLM_PORT_BASE = 10000  # 10000-17999: 10 ports per slot
 VLLM_PORT_STRIDE = 10
@@ -77,7 +79,7 @@ class PortAllocator:
         """Ports for one vLLM server with `tp` ranks, all checked free."""
         if not 1 <= tp <= SIDE_CHANNEL_STRIDE:
             raise ValueError(f"tensor-parallel size {tp} is outside 1..{SIDE_CHANNEL_STRIDE}")
-        return self._take(lambda p: all(is_port_free(x, self.host) for x in (p.http, p.vllm_port, *range(p.side_channel, p.side_channel + tp))))
+        return self._take(lambda p: all(is_port_free(x, self.host) for x in (p.http, p.vllm_port, p.side_channel)))
 
     def http_port(self) -> int:
         """One HTTP port (for a proxy)."""

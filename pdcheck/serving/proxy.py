@@ -1,7 +1,7 @@
 """The PD proxy: vLLM's NIXL prefill/decode protocol behind one OpenAI-compatible endpoint.
 
 Per request: a copy goes to a prefiller with `max_tokens=1`, `stream=false`, no
-`stream_options`/`min_tokens`, and `kv_transfer_params={"do_remote_decode": true, ...}`;
+`stream_options`/`min_tokens`/`min_completion_tokens`, and `kv_transfer_params={"do_remote_decode": true, ...}`;
 the prefiller's `kv_transfer_params` then ride on the original request to a decoder, whose
 answer (streamed or not) is relayed. Both sides get the same `X-Request-Id`; prefillers and
 decoders are picked round-robin. A failing side gives a 502 whose JSON names the side and
@@ -95,7 +95,9 @@ def prefill_request(body: dict[str, Any]) -> dict[str, Any]:
         req["max_completion_tokens"] = 1
     req["stream"] = False
     req.pop("stream_options", None)
+    # A one-token prefill cannot honour a minimum length; vLLM's toy proxy drops both.
     req.pop("min_tokens", None)
+    req.pop("min_completion_tokens", None)
     req["kv_transfer_params"] = dict(PREFILL_KV_PARAMS)
     return req
 

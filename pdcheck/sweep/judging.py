@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdcheck.config import Cell
+from pdcheck.config import Cell, level_expectation
 from pdcheck.sweep.outcomes import INFRA_ERROR, Outcome, judge
 from pdcheck.sweep.plan import Unit
 from pdcheck.sweep.store import CellStore, load_cell
@@ -79,6 +79,14 @@ def skip_level(cell: Cell, cs: CellStore, concurrency: int, *, reason: str) -> O
     return _record(cell, cs, concurrency, comparison=None, verdict={"verdict": verdict, "reason": reason})
 
 
+def judge_expected(cell: Cell, concurrency: int, verdict: str, reason: str) -> Outcome:
+    """The canary logic at one level: a race arm's level where the race cannot fire is a control."""
+    expected = level_expectation(cell, concurrency)
+    if cell.arm.canary:
+        reason = f"{expected.why}; {reason}" if reason else expected.why
+    return judge(verdict, reason, canary=expected.flag)
+
+
 def kv_tokens(kv: dict[tuple[int, int], dict[str, Any]], concurrency: int) -> int | None:
     """KV tokens the decoders received over the level's PD units; None when no metrics were scraped."""
     total = None
@@ -94,7 +102,7 @@ def kv_tokens(kv: dict[tuple[int, int], dict[str, Any]], concurrency: int) -> in
 
 def _record(cell: Cell, cs: CellStore, concurrency: int, *, comparison: dict | None, verdict: dict,
             injection: dict | None = None) -> Outcome:
-    outcome = judge(verdict["verdict"], verdict.get("reason", ""), canary=cell.arm.canary)
+    outcome = judge_expected(cell, concurrency, verdict["verdict"], verdict.get("reason", ""))
     cs.write_verdict(concurrency, comparison=comparison, verdict=verdict, outcome=outcome.to_dict(),
                      injection=injection)
     return outcome

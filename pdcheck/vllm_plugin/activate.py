@@ -44,7 +44,7 @@ def activate(environ: Mapping[str, str]) -> list[str]:
         _install_injection(settings)
         applied.append(settings.inject.describe())
     if settings.plugin_dir is not None:
-        from pdcheck.vllm_plugin.marker import write_activation_marker
+        from pdcheck.vllm_plugin.marker import SCHEDULER_BUILT, record_in_marker, write_activation_marker
 
         path = write_activation_marker(
             settings.plugin_dir,
@@ -52,6 +52,10 @@ def activate(environ: Mapping[str, str]) -> list[str]:
             switches=applied,
             fixes_present=scheduler.fixes_present(),
         )
+        plugin_dir = settings.plugin_dir
+        # After the fix switches, so a scheduler this reports on was built with them.
+        scheduler.on_scheduler_built(
+            lambda async_scheduling: record_in_marker(plugin_dir, SCHEDULER_BUILT, async_scheduling=async_scheduling))
         logger.info("pdcheck plugin active (%s); marker %s", ", ".join(applied) or "marker only", path)
     return applied
 
@@ -59,11 +63,15 @@ def activate(environ: Mapping[str, str]) -> list[str]:
 def _install_injection(settings: PluginSettings) -> None:
     from pdcheck._vllm.worker import check_worker_names, install_receive_hook
     from pdcheck.vllm_plugin.inject import Injector
-    from pdcheck.vllm_plugin.marker import InjectionLog
+    from pdcheck.vllm_plugin.marker import KV_LOAD_HOOK_WITH_KV_CACHES, InjectionLog, record_in_marker
 
     assert settings.inject is not None and settings.plugin_dir is not None  # parse_settings guarantees both
+    plugin_dir = settings.plugin_dir
     check_worker_names()
-    install_receive_hook(Injector(settings.inject, InjectionLog(settings.plugin_dir)).on_loaded)
+    install_receive_hook(
+        Injector(settings.inject, InjectionLog(plugin_dir)).on_loaded,
+        on_kv_caches_registered=lambda tp_rank: record_in_marker(plugin_dir, KV_LOAD_HOOK_WITH_KV_CACHES, tp_rank=tp_rank),
+    )
 
 
 def _versions(vllm_version: str) -> str:

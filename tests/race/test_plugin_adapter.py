@@ -54,15 +54,20 @@ def test_receive_hook_passes_finished_receives_with_group_ids(monkeypatch):
             self._recving_metadata.pop(rid)
         return KVConnectorTransferResults(finished_recving=done, failed_recving={"cmpl-bad-0-00000000"})
 
+    def register_kv_caches(self, kv_caches):
+        self.device_kv_caches = kv_caches
+
     monkeypatch.setattr(base_worker.NixlBaseConnectorWorker, "get_transfer_results", original)
-    seen = []
-    install_receive_hook(seen.extend)
-    install_receive_hook(seen.extend)  # idempotent: one call per receive, not two
+    monkeypatch.setattr(base_worker.NixlBaseConnectorWorker, "register_kv_caches", register_kv_caches)
+    seen, registered = [], []
+    install_receive_hook(seen.extend, on_kv_caches_registered=registered.append)
+    install_receive_hook(seen.extend, on_kv_caches_registered=registered.append)  # idempotent: one call per receive
 
     caches = {name: torch.zeros(8, 2) for name in ("mamba.0", "attn.1", "attn.3")}
     worker = object.__new__(base_worker.NixlBaseConnectorWorker)
     worker.tp_rank = 1
-    worker.device_kv_caches = caches
+    worker.register_kv_caches(caches)
+    assert registered == [1]  # this process registered the caches with the hook in place
     worker._group_spec_types = (MambaSpec, FullAttentionSpec)
     worker.kv_cache_config = types.SimpleNamespace(transfer_groups=(
         types.SimpleNamespace(layer_names=["mamba.0"]),

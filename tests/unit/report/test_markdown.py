@@ -127,3 +127,12 @@ def test_attach_mode_says_the_servers_were_given_by_url(make_run):
     text = render_markdown(load_run(make_run([CellPlan("fixes-on")], environment={"attached": True})))
     env = text.split("## Environment", 1)[1].split("## Results", 1)[0]
     assert "attached by URL" in env and "vLLM:" not in env
+
+
+def test_race_canary_rows_say_which_levels_are_controls(make_run):
+    """fixes-off with async on: c1 is a control that must PASS, c8 a canary expected to be flagged."""
+    text = render_markdown(load_run(make_run([CellPlan("fixes-off", drops={8: 60})])))
+    _, body = tables(text)[0]
+    rows = {int(row[1]): row for row in body}
+    assert "canary arm as a control: must PASS" in rows[1][0] and "PASS" in rows[1][-1]
+    assert "🐤 canary" in rows[8][0] and "canary flagged" in rows[8][-1]

@@ -38,7 +38,7 @@ def test_up_needs_exactly_one_source(capsys):
 def test_up_with_a_multi_cell_sweep_lists_the_cells(capsys):
     """A sweep with several cells and no --cell is refused with the cell names (exit 3)."""
     assert main(["up", "cpu-smoke", "--dry-run"]) == ExitCode.CONFIG
-    assert "tiny-llama-p1x1-d1x1-async-fixes-on" in capsys.readouterr().err
+    assert "tiny-llama-p1x1-d1x1-sync-fixes-on" in capsys.readouterr().err
 
 
 def test_up_refuses_a_gpu_topology_without_gpus(capsys):

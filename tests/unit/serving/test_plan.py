@@ -9,7 +9,7 @@ from pdcheck.serving.gpus import read_inventory
 from pdcheck.serving.plan import plan_topology
 from pdcheck.serving.ports import PortAllocator
 
-from tests.fakes.nvidia_smi import fake_nvidia_smi
+from tests.fakes.nvidia_smi import fake_nvidia_smi, fake_uuid
 from tests.unit.serving.conftest import make_cell
 
 # (prefill TP, decode TP) -> GPUs for PD plus a baseline at the decode TP
@@ -54,6 +54,20 @@ def test_cuda_visible_devices_narrows_the_inventory(tmp_path):
     inventory = read_inventory(env={"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, nvidia_smi=fake_nvidia_smi(tmp_path, 8))
     plan = plan_topology(_cell(2, 1), inventory=inventory, ports=PortAllocator(bucket=7), run_dir=tmp_path)
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in plan.servers] == ["4,5", "6", "7"]
+
+
+def test_cuda_visible_devices_by_uuid_or_mig_id_are_kept_and_handed_on_by_that_name(tmp_path):
+    """UUIDs and MIG ids in CUDA_VISIBLE_DEVICES are devices too; each server gets them as named,
+    with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA's indices are nvidia-smi's."""
+    visible = f"{fake_uuid(5)},{fake_uuid(2)},MIG-3f1c2a7e-0000-0000-0000-000000000001,7"
+    inventory = read_inventory(env={"CUDA_VISIBLE_DEVICES": visible}, nvidia_smi=fake_nvidia_smi(tmp_path, 8))
+    assert [g.device for g in inventory.gpus] == visible.split(",")
+    assert len(set(inventory.indices)) == 4 and inventory.indices[:2] == (5, 2)
+    plan = plan_topology(_cell(2, 1), inventory=inventory, ports=PortAllocator(bucket=7), run_dir=tmp_path)
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in plan.servers] == [",".join(visible.split(",")[:2]), *visible.split(",")[2:]]
+    assert all(s.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" for s in plan.servers)
+    without_smi = read_inventory(env={"CUDA_VISIBLE_DEVICES": visible}, nvidia_smi=str(tmp_path / "none"))
+    assert [g.device for g in without_smi.gpus] == visible.split(",")
 
 
 def test_cpu_plan_binds_cores_logs_and_urls(tmp_path):

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from aiohttp import web
 
-from pdcheck.serving.proxy import PREFILL_KV_PARAMS, PdProxy, ProxyServer, ProxyTimeouts
+from pdcheck.serving.proxy import PREFILL_KV_PARAMS, PdProxy, ProxyServer, ProxyTimeouts, prefill_request
 
 from tests.fakes.openai_server import FakeOpenAIServer, echo_completion
 
@@ -48,6 +48,15 @@ def test_nixl_protocol_on_both_sides():
         assert sent_p == {"model": "m", "prompt": "Q", "max_tokens": 1, "stream": False, "temperature": 0, "kv_transfer_params": PREFILL_KV_PARAMS}
         assert sent_d == {**body, "kv_transfer_params": prefiller(body)["kv_transfer_params"]}
         assert rid(p.headers[0]) == rid(d.headers[0]) == "run-q00007"
+
+
+def test_prefill_leg_drops_min_completion_tokens():
+    """A chat request's min_completion_tokens cannot be met by a one-token prefill (vLLM's toy proxy
+    drops it too); the decoder still gets it."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "Q"}], "max_completion_tokens": 32,
+            "min_completion_tokens": 4}
+    req = prefill_request(body)
+    assert "min_completion_tokens" not in req and req["max_completion_tokens"] == 1 and body["min_completion_tokens"] == 4
 
 
 def test_streaming_answer_is_relayed_byte_for_byte():

@@ -46,6 +46,19 @@ def test_canary_flagged_exits_0_and_unflagged_canary_exits_1(sweep_file, servers
     assert "canary NOT flagged" in summary["cells"][0]["results"][0]["reason"]
 
 
+def test_race_canary_levels_where_the_race_cannot_fire_are_controls(sweep_file, servers, tmp_path):
+    """fixes-off: c1 (and every level with async off) must PASS; with async on, c4 must be flagged."""
+    base, good, bad = servers
+    sweep_file.write_text(sweep_file.read_text().replace(
+        "arms: [fixes-on, inject-zero]", "arms: [fixes-off]\n  async_scheduling: [true, false]"))
+    assert _sweep(sweep_file, tmp_path / "sync", "fake-p1x1-d1x1-sync-fixes-off", good.url, base.url) == 0
+    assert _sweep(sweep_file, tmp_path / "async", "fake-p1x1-d1x1-async-fixes-off", good.url, base.url) == 1
+    results = json.loads((tmp_path / "async" / "summary.json").read_text())["cells"][0]["results"]
+    assert [(r["concurrency"], r["status"], r["canary"]) for r in results] == [(1, "pass", False), (4, "fail", True)]
+    assert "concurrency 1" in results[0]["reason"] and "canary NOT flagged" in results[1]["reason"]
+    assert _sweep(sweep_file, tmp_path / "flagged-c1", "fake-p1x1-d1x1-async-fixes-off", bad.url, base.url) == 1
+
+
 def test_unreachable_pd_server_is_infra_error_exit_2(sweep_file, servers, tmp_path):
     """A PD URL nobody answers: the cell is INFRA-ERROR with a failure.json, never a pass; exit 2."""
     base, _, _ = servers

@@ -102,3 +102,18 @@ def test_default_sweep_is_gpu_with_gpus_else_cpu_smoke():
     """No FILE: default-gpu when GPUs exist, cpu-smoke otherwise."""
     assert default_sweep_file(has_gpus=True) == "default-gpu"
     assert default_sweep_file(has_gpus=False) == "cpu-smoke"
+
+
+def test_dry_run_and_validate_say_per_level_whether_a_canary_is_expected(sweep_file, tmp_path, capsys, monkeypatch):
+    """A race arm with async on: c1 a control that must PASS, c4 expected to flag; validate agrees."""
+    from pdcheck.cli._common import console
+
+    monkeypatch.setattr(console, "width", 200)  # the table, unwrapped
+    sweep_file.write_text(sweep_file.read_text().replace("arms: [fixes-on, inject-zero]", "arms: [fixes-off]"))
+    assert main(["sweep", str(sweep_file), "--dry-run", "--no-check-argv", "--out", str(tmp_path / "never")]) == 0
+    text = capsys.readouterr().out
+    assert "# c1: must PASS (control: at concurrency 1" in text
+    assert "# c4: expected to flag (async scheduling on" in text
+    assert "--async-scheduling" in text
+    assert main(["validate", str(sweep_file)]) == 0
+    assert "flag c4; PASS c1" in capsys.readouterr().out

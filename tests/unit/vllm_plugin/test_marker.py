@@ -6,7 +6,14 @@ import json
 import multiprocessing
 import os
 
-from pdcheck.vllm_plugin.marker import InjectionLog, InjectionRecord, write_activation_marker
+from pdcheck.vllm_plugin.marker import (
+    KV_LOAD_HOOK_WITH_KV_CACHES,
+    SCHEDULER_BUILT,
+    InjectionLog,
+    InjectionRecord,
+    record_in_marker,
+    write_activation_marker,
+)
 
 
 def test_activation_marker_has_the_contract_fields(tmp_path):
@@ -20,6 +27,25 @@ def test_activation_marker_has_the_contract_fields(tmp_path):
     assert marker["fixes_present"] == {"block-reuse": True, "zeroing": False}
     assert marker["schema_version"] == 1
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left behind
+
+
+def test_the_marker_records_what_its_process_did(tmp_path):
+    """`did` starts empty and gains each event once, with its facts, rewritten atomically."""
+    path = write_activation_marker(tmp_path, vllm_version="0.32.0", switches=[], fixes_present=None)
+    assert json.loads(path.read_text())["did"] == []
+    record_in_marker(tmp_path, SCHEDULER_BUILT, async_scheduling=False)
+    record_in_marker(tmp_path, KV_LOAD_HOOK_WITH_KV_CACHES, tp_rank=0)
+    record_in_marker(tmp_path, KV_LOAD_HOOK_WITH_KV_CACHES, tp_rank=0)
+    marker = json.loads(path.read_text())
+    assert marker["did"] == [SCHEDULER_BUILT, KV_LOAD_HOOK_WITH_KV_CACHES]
+    assert (marker["async_scheduling"], marker["tp_rank"]) == (False, 0)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_serving_reads_the_event_names_the_plugin_writes():
+    from pdcheck.serving import topology
+
+    assert (topology.SCHEDULER_BUILT, topology.KV_LOAD_HOOK_WITH_KV_CACHES) == (SCHEDULER_BUILT, KV_LOAD_HOOK_WITH_KV_CACHES)
 
 
 def _record(i: int) -> InjectionRecord:
