@@ -9,15 +9,6 @@ import pytest
 from tests.contract.builds import Build, install, selected_versions
 
 
-def pytest_collection_modifyitems(config, items):
-    # One worker runs the tier, so a cold cache installs each build once and the tier's vLLM
-    # imports do not compete with each other on a 2-core machine.
-    for item in items:
-        if item.path.parent.name == "contract":
-            item.add_marker(pytest.mark.contract)
-            item.add_marker(pytest.mark.xdist_group("contract"))
-
-
 def pytest_generate_tests(metafunc):
     if "version" in metafunc.fixturenames:
         metafunc.parametrize("version", selected_versions(), scope="session")

@@ -20,6 +20,9 @@ from pdcheck.serving.metrics import NIXL_BYTES, NIXL_FAILED, NIXL_XFER_COUNT, PR
 from tests.contract.builds import RELEASES, Build
 from tests.fakes.nvidia_smi import fake_nvidia_smi
 
+# One xdist worker runs the tier, so a cold cache installs each build once and the tier's
+# vLLM imports do not compete with each other on a 2-core machine.
+pytestmark = [pytest.mark.contract, pytest.mark.xdist_group("contract")]
 ROOT = Path(__file__).resolve().parents[2]
 
 
