@@ -4,8 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Tests run in parallel; server tests share one xdist group so real vLLM servers never overlap.
 PYTEST_WORKERS ?= 2
+# The CUDA builds of vLLM `make contract` checks pdcheck against (`make test` checks the first).
+CONTRACT_VLLM ?= 0.32.0 0.33.0
 
-.PHONY: setup fixtures sweep test race clean-venv
+.PHONY: setup fixtures sweep test contract race clean-venv
 
 setup:
 	@VENV=$(VENV) scripts/setup-venv.sh
@@ -18,6 +20,10 @@ sweep: fixtures
 
 test: fixtures
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
+
+# The contract tier alone: each build is installed once into ~/.cache/pdcheck-contract.
+contract: setup
+	PDCHECK_CONTRACT_VLLM="$(CONTRACT_VLLM)" $(BIN)/python -m pytest -n 0 -m contract tests/contract
 
 race: setup
 	$(BIN)/pdcheck race

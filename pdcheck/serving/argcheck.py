@@ -14,18 +14,35 @@ from collections.abc import Sequence
 
 from pdcheck.errors import InfraError
 
-# Runs in the target python. The serve parser moved between vLLM versions; try both homes.
+# Where `make_arg_parser` and `validate_parsed_serve_args` live, newest vLLM first:
+# 0.33 moved them to entrypoints.common; 0.32 has them in entrypoints.launchers; older
+# releases in entrypoints.openai.
+SERVE_PARSER_MODULES = (
+    "vllm.entrypoints.common.cli_args",
+    "vllm.entrypoints.launchers.cli_args",
+    "vllm.entrypoints.openai.cli_args",
+)
+
+# Runs in the target python.
 _CHECK = r"""
-import contextlib, io, json, sys
-argvs = json.loads(sys.argv[1])
+import contextlib, importlib, io, json, sys
+argvs, homes = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 try:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 except ImportError:
     from vllm.utils import FlexibleArgumentParser
-try:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
-except ImportError:
-    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+for home in homes:
+    try:
+        cli_args = importlib.import_module(home)
+    except ModuleNotFoundError as exc:
+        if not home.startswith(exc.name or "?"):
+            raise
+        continue
+    if hasattr(cli_args, "make_arg_parser"):
+        break
+else:
+    sys.exit("no vLLM module among %s has make_arg_parser" % ", ".join(homes))
+make_arg_parser, validate_parsed_serve_args = cli_args.make_arg_parser, cli_args.validate_parsed_serve_args
 results = []
 for argv in argvs:
     problems = []
@@ -68,7 +85,7 @@ def check_serve_argvs(argvs: Sequence[Sequence[str]], python: str, *, timeout_s:
     args = [serve_args_of(argv) for argv in argvs]
     try:
         proc = subprocess.run(
-            [python, "-c", _CHECK, json.dumps(args)],
+            [python, "-c", _CHECK, json.dumps(args), json.dumps(SERVE_PARSER_MODULES)],
             capture_output=True, text=True, timeout=timeout_s,
             env=_quiet_env(),
         )

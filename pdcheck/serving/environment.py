@@ -20,7 +20,7 @@ FIX_MARKERS: dict[str, tuple[str, str]] = {
 }
 
 _PROBE = r"""
-import importlib.metadata as md, importlib.util, json, os, subprocess, sys
+import importlib.metadata as md, importlib.util, json, os, re, subprocess, sys
 markers = json.loads(sys.argv[1])
 out = {"python": sys.executable, "python_version": sys.version.split()[0]}
 def dist_version(*names):
@@ -50,6 +50,9 @@ if out["vllm_path"]:
         for line in vf.splitlines():
             if line.startswith(("__commit_id__", "commit_id")) and "=" in line:
                 value = line.rsplit("=", 1)[1].strip().strip("'\"")
+                # Release wheels store git-describe's form, "g" + the abbreviated hash.
+                if re.fullmatch(r"g[0-9a-f]{7,40}", value):
+                    value = value[1:]
                 commit = None if value in ("", "None") else value
     except OSError:
         pass
