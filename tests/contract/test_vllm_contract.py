@@ -82,12 +82,7 @@ def _hybrid_nixl_servers(dry_run_text: str, spec: dict) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("sweep", [
-    pytest.param(name, marks=pytest.mark.xfail(
-        strict=True, reason="issue 16 item 2: the DS default for hybrids lands from the serving fixes' branch"))
-    if name == "qwen35-moe-repro" else name
-    for name in GPU_SWEEPS
-])
+@pytest.mark.parametrize("sweep", list(GPU_SWEEPS))
 def test_hybrid_nixl_servers_set_the_conv_state_layout_nixl_needs(dry_runs, gpu_decisions, sweep: str):
     """The build's default layout is not DS, which NIXL's worker asserts for Mamba models: every hybrid NIXL server sets DS."""
     assert gpu_decisions["ssm_conv_state_layout"] != "DS", "vLLM now defaults to DS on GPU: pdcheck's DS default is redundant"
