@@ -97,6 +97,7 @@ def main() -> None:
         start = time.monotonic()
         with serve_topology(plan) as endpoints:
             start_s = time.monotonic() - start
+            print(f"topology up in {start_s:.1f} s", file=sys.stderr)
             s_per_q: dict[str, dict[int, float]] = {"baseline": {}, "pd": {}}
             for c in CONCURRENCY:
                 for side, url in (("baseline", endpoints.baseline_url), ("pd", endpoints.pd_url)):
