@@ -100,7 +100,9 @@ def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
         )
     return PluginSettings(
         inject=inject,
-        nixl_pthr_delay_us=_parse_delay(environ),
+        nixl_pthr_delay_us=_parse_whole(environ, NIXL_PTHR_DELAY_VAR, minimum=0, maximum=MAX_NIXL_PTHR_DELAY_US,
+                                        unit="microseconds",
+                                        hint="1000 is what serving uses on CPU; 0 is NIXL's busy-polling default"),
         idle_backoff_ms=_parse_whole(environ, IDLE_BACKOFF_VAR, minimum=1, maximum=MAX_IDLE_BACKOFF_MS,
                                      unit="milliseconds", hint="serving uses 16 on CPU; vLLM itself waits 1 ms"),
         shm_spin_sleep_us=_parse_whole(environ, SHM_SPIN_SLEEP_VAR, minimum=1, maximum=MAX_SHM_SPIN_SLEEP_US,
@@ -145,22 +147,6 @@ def _parse_inject(environ: Mapping[str, str]) -> InjectSpec | None:
         except ValueError:
             raise ConfigError(f"{INJECT_SEED_VAR}={raw_seed!r}: expected an integer seed") from None
     return InjectSpec(kind=kind, fraction=fraction, seed=seed)
-
-
-def _parse_delay(environ: Mapping[str, str]) -> int | None:
-    raw = _non_empty(environ, NIXL_PTHR_DELAY_VAR)
-    if raw is None:
-        return None
-    try:
-        delay = int(raw)
-    except ValueError:
-        delay = -1
-    if not 0 <= delay <= MAX_NIXL_PTHR_DELAY_US:
-        raise ConfigError(
-            f"{NIXL_PTHR_DELAY_VAR}={raw!r}: expected a whole number of microseconds in "
-            f"[0, {MAX_NIXL_PTHR_DELAY_US}] (1000 is what serving uses on CPU; 0 is NIXL's busy-polling default)"
-        )
-    return delay
 
 
 def _parse_whole(environ: Mapping[str, str], name: str, *, minimum: int, maximum: int, unit: str, hint: str) -> int | None:
