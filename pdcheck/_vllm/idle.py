@@ -16,9 +16,9 @@ prefiller and a decoder the spinning processes take the cores the model needs
   each message before it parks on the writer's ZMQ notification, so with a step every few
   milliseconds the worker and the engine core never park and each keeps a core busy.
   `sleep_in_shm_spins` makes each turn of that spin (and of a writer's wait for a full ring) a
-  short sleep. Parking at once instead (a zero spin window) was tried and stalled steps for up
-  to 5 s: a reader parked on the notification socket missed wake-ups and waited for vLLM's 5 s
-  recheck (docs/notes/issue-20.md).
+  short sleep that grows while the wait lasts. Parking at once instead (a zero spin window)
+  was tried and stalled steps for up to 5 s: a reader parked on the notification socket
+  missed wake-ups and waited for vLLM's 5 s recheck (docs/notes/issue-20.md).
 
 vLLM has no setting for either (0.32: the 1 ms and the 1 s are literals). Importing this
 module does not import vLLM.
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import threading
 import time
 from typing import Any
 
@@ -41,6 +42,11 @@ _SHM_MODULE = "vllm.distributed.device_communicators.shm_broadcast"
 _WRAPPED_MARK = "_pdcheck_wrapped"
 # vLLM's own sleep after an empty step; the back-off starts from it.
 _FIRST_IDLE_WAIT_S = 0.001
+# A spin turn that starts this soon after the previous one ended belongs to the same wait (the
+# loop between turns only re-reads a flag); a reader that handled a message in between (a step,
+# a model output) took longer than this.
+_SAME_WAIT_GAP_S = 100e-6
+_MAX_SPIN_SLEEP_S = 0.001
 
 
 def check_idle_names() -> None:
@@ -98,16 +104,25 @@ def wait_for_input(input_queue: Any, timeout_s: float) -> bool:
                                               timeout=max(0.0, deadline - time.monotonic()))
 
 
-def sleep_in_shm_spins(sleep_s: float) -> None:
-    """Each turn of the shared-memory queues' spin sleeps `sleep_s` instead of yielding. Module
-    level, so queues built before this ran (a worker builds its queue before it loads plugins)
-    are covered too. Idempotent."""
+def sleep_in_shm_spins(first_sleep_s: float) -> None:
+    """Each turn of the shared-memory queues' spin sleeps instead of yielding: `first_sleep_s`
+    at the start of a wait, doubling while the same wait goes on, up to 1 ms (or `first_sleep_s`
+    if longer). A message that arrives at once is picked up within `first_sleep_s`, and a reader
+    that waits long (a worker between an idle engine's steps) wakes about a thousand times a
+    second instead of spinning. Module level, so queues built before this ran (a worker builds
+    its queue before it loads plugins) are covered too. Idempotent."""
     shm = importlib.import_module(_SHM_MODULE)
     if getattr(shm.sched_yield, _WRAPPED_MARK, False):
         return
+    max_sleep_s = max(first_sleep_s, _MAX_SPIN_SLEEP_S)
+    turn = threading.local()  # each reader or writer thread has its own wait
 
     def sched_yield() -> None:
-        time.sleep(sleep_s)
+        started = time.monotonic()
+        same_wait = started - getattr(turn, "ended", 0.0) < _SAME_WAIT_GAP_S
+        turn.sleep_s = min(max_sleep_s, 2 * turn.sleep_s) if same_wait else first_sleep_s
+        time.sleep(turn.sleep_s)
+        turn.ended = time.monotonic()
 
     setattr(sched_yield, _WRAPPED_MARK, True)
     shm.sched_yield = sched_yield
