@@ -16,7 +16,8 @@ prefiller and a decoder the spinning processes take the cores the model needs
   each message before it parks on the writer's ZMQ notification, so with a step every few
   milliseconds the worker and the engine core never park and each keeps a core busy.
   `sleep_in_shm_spins` makes each turn of that spin (and of a writer's wait for a full ring) a
-  short sleep that grows while the wait lasts. Parking at once instead (a zero spin window)
+  short sleep that grows while the wait lasts, and keeps readers spinning (cheaply) for 10 s
+  instead of 1 s. Parking at once instead (a zero spin window)
   was tried and stalled steps for up to 5 s: a reader parked on the notification socket
   missed wake-ups and waited for vLLM's 5 s recheck (docs/notes/issue-20.md).
 
@@ -47,6 +48,8 @@ _FIRST_IDLE_WAIT_S = 0.001
 # a model output) took longer than this.
 _SAME_WAIT_GAP_S = 100e-6
 _MAX_SPIN_SLEEP_S = 0.001
+# vLLM's readers spin 1 s after a message, then park on the writer's ZMQ notification.
+_SPIN_WINDOW_S = 10.0
 
 
 def check_idle_names() -> None:
@@ -65,6 +68,11 @@ def check_idle_names() -> None:
     shm = importlib.import_module(_SHM_MODULE)
     if not callable(getattr(shm, "sched_yield", None)):
         missing.append(f"{_SHM_MODULE}.sched_yield")
+    condition = getattr(shm, "SpinCondition", None)
+    if condition is None or "timeout_ms" not in inspect.signature(condition.wait).parameters:
+        missing.append(f"{_SHM_MODULE}.SpinCondition.wait(timeout_ms)")
+    elif "self.busy_loop_s" not in inspect.getsource(condition):
+        missing.append("SpinCondition.busy_loop_s")
     if missing:
         raise VllmIncompatible(vllm_version(), missing)
 
@@ -108,9 +116,13 @@ def sleep_in_shm_spins(first_sleep_s: float) -> None:
     """Each turn of the shared-memory queues' spin sleeps instead of yielding: `first_sleep_s`
     at the start of a wait, doubling while the same wait goes on, up to 1 ms (or `first_sleep_s`
     if longer). A message that arrives at once is picked up within `first_sleep_s`, and a reader
-    that waits long (a worker between an idle engine's steps) wakes about a thousand times a
-    second instead of spinning. Module level, so queues built before this ran (a worker builds
-    its queue before it loads plugins) are covered too. Idempotent."""
+    that waits long (a worker between an idle engine's backed-off steps) wakes about a thousand
+    times a second instead of spinning. Such a spin is cheap, so readers keep it up for 10 s
+    after a message instead of vLLM's 1 s before they park on the ZMQ notification: a PD server
+    at concurrency 1 is idle for over a second between its requests on a loaded 2-core machine,
+    and every parked wake-up goes through the ZMQ I/O thread (and a missed one waits for vLLM's
+    5 s recheck). Module and class level, so queues built before this ran (a worker builds its
+    queue before it loads plugins) are covered too. Idempotent."""
     shm = importlib.import_module(_SHM_MODULE)
     if getattr(shm.sched_yield, _WRAPPED_MARK, False):
         return
@@ -124,5 +136,14 @@ def sleep_in_shm_spins(first_sleep_s: float) -> None:
         time.sleep(turn.sleep_s)
         turn.ended = time.monotonic()
 
+    condition = shm.SpinCondition
+    wait = condition.wait
+
+    def spin_longer(self, timeout_ms: int | None = None) -> None:
+        if self.is_reader:
+            self.busy_loop_s = _SPIN_WINDOW_S
+        return wait(self, timeout_ms)
+
     setattr(sched_yield, _WRAPPED_MARK, True)
     shm.sched_yield = sched_yield
+    condition.wait = spin_longer

@@ -37,7 +37,7 @@ CPU_NIXL_PTHR_DELAY_US = 1000
 # for the decoder's read before their blocks are freed) steps every 1 ms, and the shared-memory
 # queue readers (worker, engine core) spin on sched_yield for 1 s after each message. On 2 cores
 # that took the decoder's core (docs/notes/issue-20.md). An empty step's wait doubles up to
-# 16 ms; each spin turn sleeps 50 us.
+# 16 ms; a spin turn sleeps 50 us, doubling to 1 ms while the wait lasts.
 CPU_IDLE_BACKOFF_MS = 16
 CPU_SHM_SPIN_SLEEP_US = 50
 

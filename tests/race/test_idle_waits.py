@@ -68,13 +68,15 @@ def test_a_request_arriving_mid_wait_wakes_the_engine(adapter, monkeypatch):
 
 
 def test_a_waiting_shared_memory_reader_sleeps_instead_of_spinning(adapter, monkeypatch):
-    """A worker waiting for its next message inside vLLM's 1 s spin window: unpatched, it burns
-    about as much CPU as wall time (sched_yield); patched, its spin turns sleep and it uses little."""
+    """A worker waiting for its next message inside vLLM's spin window: unpatched, it burns about
+    as much CPU as wall time (sched_yield); patched, its spin turns sleep and it uses little, and
+    it keeps spinning past vLLM's 1 s instead of parking on the ZMQ notification."""
     from vllm.distributed.device_communicators import shm_broadcast
 
     from pdcheck._vllm import idle
 
     monkeypatch.setattr(shm_broadcast, "sched_yield", shm_broadcast.sched_yield)
+    monkeypatch.setattr(shm_broadcast.SpinCondition, "wait", shm_broadcast.SpinCondition.wait)
     idle.check_idle_names()
     idle.sleep_in_shm_spins(50e-6)
     queue_ = shm_broadcast.MessageQueue(n_reader=1, n_local_reader=1)
@@ -91,6 +93,9 @@ def test_a_waiting_shared_memory_reader_sleeps_instead_of_spinning(adapter, monk
         assert reader.dequeue(timeout=5) == "second"
         cpu, wall = time.thread_time() - cpu, time.monotonic() - wall
         assert wall >= 0.25 and cpu < 0.5 * wall, (cpu, wall)
+        # 2 s after its last message the reader still spins (vLLM would have parked after 1 s).
+        reader._spin_condition.last_read -= 2.0
+        assert _timed(lambda: reader._spin_condition.wait(timeout_ms=1000)) < 0.5
     finally:
         reader.shutdown()
         queue_.shutdown()
