@@ -31,9 +31,9 @@ def _timed(fn) -> float:
     return time.monotonic() - start
 
 
-def test_empty_steps_back_off_and_a_client_request_cuts_the_wait(adapter, monkeypatch):
+def test_empty_steps_back_off_up_to_the_cap(adapter, monkeypatch):
     """Empty steps wait 1, 2, 4, 8, 16, 16 ms (+ vLLM's 1 ms); a step that ran the model resets it;
-    a request already queued ends the wait at once and stays queued for the engine's own loop."""
+    the wait takes nothing off the input queue."""
     from vllm.v1.engine.core import EngineCoreProc
 
     from pdcheck._vllm import idle
@@ -49,8 +49,8 @@ def test_empty_steps_back_off_and_a_client_request_cuts_the_wait(adapter, monkey
     assert step(engine) is True  # the model ran: no wait, and the back-off starts over
     assert _timed(lambda: step(engine)) < 0.012
     engine.input_queue.put(("ADD", "request"))
-    assert _timed(lambda: step(engine)) < 0.012  # would be 2 ms+ without the request; 16 ms at the cap
-    assert engine.input_queue.get_nowait() == ("ADD", "request")
+    step(engine)
+    assert engine.input_queue.get_nowait() == ("ADD", "request")  # left for the engine's own loop
 
 
 def test_a_request_arriving_mid_wait_wakes_the_engine(adapter, monkeypatch):
