@@ -33,6 +33,13 @@ GPU_CLI_MODULE = "vllm.entrypoints.cli.main"
 CPU_KV_CACHE_BYTES = 128 * 1024 * 1024
 # NIXL's UCX progress thread busy-polls a core unless it sleeps; 1 ms made PD usable on 2 cores.
 CPU_NIXL_PTHR_DELAY_US = 1000
+# vLLM's idle engines spin on CPU: an engine holding only requests that wait for remote KV (or
+# for the decoder's read before their blocks are freed) steps every 1 ms, and the shared-memory
+# queue readers (worker, engine core) spin on sched_yield for 1 s after each message. On 2 cores
+# that took the decoder's core (docs/notes/issue-20.md). An empty step's wait doubles up to
+# 16 ms; a spin turn sleeps 50 us, doubling to 1 ms while the wait lasts.
+CPU_IDLE_BACKOFF_MS = 16
+CPU_SHM_SPIN_SLEEP_US = 50
 
 _KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -184,6 +191,9 @@ def plugin_env(cell: Cell, *, role: Role, platform: Platform, plugin_dir: str | 
         env["PDCHECK_INJECT_SEED"] = str(arm.inject_seed)
     if platform == "cpu" and role != "baseline":
         env["PDCHECK_NIXL_PTHR_DELAY_US"] = str(CPU_NIXL_PTHR_DELAY_US)
+    if platform == "cpu":
+        env["PDCHECK_IDLE_BACKOFF_MS"] = str(CPU_IDLE_BACKOFF_MS)
+        env["PDCHECK_SHM_SPIN_SLEEP_US"] = str(CPU_SHM_SPIN_SLEEP_US)
     if plugin_dir is not None:
         env["PDCHECK_PLUGIN_DIR"] = plugin_dir
     return env

@@ -31,6 +31,8 @@ def activate(environ: Mapping[str, str]) -> list[str]:
 
         install_nixl_delay(settings.nixl_pthr_delay_us, describe_version=lambda: _versions(scheduler.vllm_version()))
         applied.append(f"nixl-pthr-delay-us={settings.nixl_pthr_delay_us}")
+    if settings.idle_backoff_ms is not None or settings.shm_spin_sleep_us is not None:
+        applied += _install_idle_waits(settings)
     if settings.disable_fixes is not None:
         from pdcheck.vllm_plugin import switches
 
@@ -72,6 +74,20 @@ def _install_injection(settings: PluginSettings) -> None:
         Injector(settings.inject, InjectionLog(plugin_dir)).on_loaded,
         on_kv_caches_registered=lambda tp_rank: record_in_marker(plugin_dir, KV_LOAD_HOOK_WITH_KV_CACHES, tp_rank=tp_rank),
     )
+
+
+def _install_idle_waits(settings: PluginSettings) -> list[str]:
+    from pdcheck._vllm import idle
+
+    idle.check_idle_names()
+    applied = []
+    if settings.idle_backoff_ms is not None:
+        idle.back_off_idle_steps(settings.idle_backoff_ms / 1000)
+        applied.append(f"idle-backoff-ms={settings.idle_backoff_ms}")
+    if settings.shm_spin_sleep_us is not None:
+        idle.sleep_in_shm_spins(settings.shm_spin_sleep_us / 1e6)
+        applied.append(f"shm-spin-sleep-us={settings.shm_spin_sleep_us}")
+    return applied
 
 
 def _versions(vllm_version: str) -> str:

@@ -18,11 +18,13 @@ from pdcheck.errors import ConfigError
 
 __all__ = [
     "DISABLE_FIXES_VAR",
+    "IDLE_BACKOFF_VAR",
     "INJECT_SEED_VAR",
     "INJECT_VAR",
     "NIXL_PTHR_DELAY_VAR",
     "PLUGIN_DIR_VAR",
     "PLUGIN_VARS",
+    "SHM_SPIN_SLEEP_VAR",
     "TRACE_DIR_VAR",
     "InjectKind",
     "InjectSpec",
@@ -38,12 +40,20 @@ INJECT_SEED_VAR = "PDCHECK_INJECT_SEED"
 TRACE_DIR_VAR = "PDCHECK_TRACE_DIR"
 NIXL_PTHR_DELAY_VAR = "PDCHECK_NIXL_PTHR_DELAY_US"
 PLUGIN_DIR_VAR = "PDCHECK_PLUGIN_DIR"
+IDLE_BACKOFF_VAR = "PDCHECK_IDLE_BACKOFF_MS"
+SHM_SPIN_SLEEP_VAR = "PDCHECK_SHM_SPIN_SLEEP_US"
 # Only these switch the plugin on. Other PDCHECK_* variables (PDCHECK_CACHE_DIR,
 # PDCHECK_GSM8K_DIR) configure the orchestrator and may well be set in a vLLM server's env.
-PLUGIN_VARS = (DISABLE_FIXES_VAR, INJECT_VAR, INJECT_SEED_VAR, TRACE_DIR_VAR, NIXL_PTHR_DELAY_VAR, PLUGIN_DIR_VAR)
+PLUGIN_VARS = (DISABLE_FIXES_VAR, INJECT_VAR, INJECT_SEED_VAR, TRACE_DIR_VAR, NIXL_PTHR_DELAY_VAR, PLUGIN_DIR_VAR,
+               IDLE_BACKOFF_VAR, SHM_SPIN_SLEEP_VAR)
 
 # One second: far beyond any useful progress-thread sleep, so a larger value is a typo.
 MAX_NIXL_PTHR_DELAY_US = 1_000_000
+# An idle engine's longest wait between empty steps: beyond a second, a KV transfer that has
+# finished would sit unnoticed for longer than the request takes.
+MAX_IDLE_BACKOFF_MS = 1000
+# A sleep per spin turn beyond 10 ms would add more to every model step than the step takes.
+MAX_SHM_SPIN_SLEEP_US = 10_000
 
 
 class InjectKind(enum.StrEnum):
@@ -72,6 +82,8 @@ class PluginSettings:
 
     inject: InjectSpec | None = None
     nixl_pthr_delay_us: int | None = None
+    idle_backoff_ms: int | None = None  # the engine core's longest wait between empty steps
+    shm_spin_sleep_us: int | None = None  # a shared-memory queue's spin sleeps this long per turn
     plugin_dir: Path | None = None
     disable_fixes: str | None = None  # parsed by the race harness's switches module
     trace_dir: str | None = None  # read by the trace recorder
@@ -88,7 +100,13 @@ def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
         )
     return PluginSettings(
         inject=inject,
-        nixl_pthr_delay_us=_parse_delay(environ),
+        nixl_pthr_delay_us=_parse_whole(environ, NIXL_PTHR_DELAY_VAR, minimum=0, maximum=MAX_NIXL_PTHR_DELAY_US,
+                                        unit="microseconds",
+                                        hint="1000 is what serving uses on CPU; 0 is NIXL's busy-polling default"),
+        idle_backoff_ms=_parse_whole(environ, IDLE_BACKOFF_VAR, minimum=1, maximum=MAX_IDLE_BACKOFF_MS,
+                                     unit="milliseconds", hint="serving uses 16 on CPU; vLLM itself waits 1 ms"),
+        shm_spin_sleep_us=_parse_whole(environ, SHM_SPIN_SLEEP_VAR, minimum=1, maximum=MAX_SHM_SPIN_SLEEP_US,
+                                       unit="microseconds", hint="serving uses 50 on CPU; vLLM itself yields"),
         plugin_dir=Path(plugin_dir) if plugin_dir is not None else None,
         disable_fixes=_non_empty(environ, DISABLE_FIXES_VAR),
         trace_dir=_non_empty(environ, TRACE_DIR_VAR),
@@ -131,17 +149,14 @@ def _parse_inject(environ: Mapping[str, str]) -> InjectSpec | None:
     return InjectSpec(kind=kind, fraction=fraction, seed=seed)
 
 
-def _parse_delay(environ: Mapping[str, str]) -> int | None:
-    raw = _non_empty(environ, NIXL_PTHR_DELAY_VAR)
+def _parse_whole(environ: Mapping[str, str], name: str, *, minimum: int, maximum: int, unit: str, hint: str) -> int | None:
+    raw = _non_empty(environ, name)
     if raw is None:
         return None
     try:
-        delay = int(raw)
+        value = int(raw)
     except ValueError:
-        delay = -1
-    if not 0 <= delay <= MAX_NIXL_PTHR_DELAY_US:
-        raise ConfigError(
-            f"{NIXL_PTHR_DELAY_VAR}={raw!r}: expected a whole number of microseconds in "
-            f"[0, {MAX_NIXL_PTHR_DELAY_US}] (1000 is what serving uses on CPU; 0 is NIXL's busy-polling default)"
-        )
-    return delay
+        value = minimum - 1
+    if not minimum <= value <= maximum:
+        raise ConfigError(f"{name}={raw!r}: expected a whole number of {unit} in [{minimum}, {maximum}] ({hint})")
+    return value

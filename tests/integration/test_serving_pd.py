@@ -10,6 +10,7 @@ differs from the baseline's answer for B (so the comparison can see a wrong tran
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,15 @@ def test_negative_control_wrong_kv_changes_the_answer(pd, gsm8k_dir):
 
 def _server_urls(ep) -> dict[str, str]:
     return {s.name: s.url for s in ep.servers}
+
+
+def test_every_cpu_server_waits_instead_of_spinning(pd):
+    """The engine core and the worker of every server (baseline too) applied the idle waits serving asked for."""
+    key, ep = pd
+    for name, log_path in ep.log_paths.items():
+        plugin_dir = Path(log_path).parent.parent / "plugin" / name
+        markers = [json.loads(p.read_text()) for p in plugin_dir.glob("activation-*.json")]
+        for process in ("EngineCore", "VllmWorker"):
+            switches = [m["switches"] for m in markers if str(m.get("process_name", "")).startswith(process)]
+            assert switches and all({"idle-backoff-ms=16", "shm-spin-sleep-us=50"} <= set(s) for s in switches), \
+                f"{key} {name} {process}: {switches}"

@@ -160,6 +160,16 @@ def test_side_channel_host_is_set_when_servers_are_not_on_localhost():
     assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in build_env(make_cell(), role="prefill", ports=PORTS, platform="gpu", gpus=("0",))
 
 
+def test_idle_engines_wait_instead_of_spinning_on_cpu_only():
+    """Every CPU server (the baseline too, so both sides run the same vLLM) gets the idle waits; GPU servers do not."""
+    cell = make_cell()
+    for role in ("prefill", "decode", "baseline"):
+        cpu = build_env(cell, role=role, ports=PORTS, platform="cpu", cpu_bind="0")
+        assert (cpu["PDCHECK_IDLE_BACKOFF_MS"], cpu["PDCHECK_SHM_SPIN_SLEEP_US"], cpu["VLLM_PLUGINS"]) == ("16", "50", "pdcheck")
+        gpu = build_env(cell, role=role, ports=PORTS, platform="gpu", gpus=(0,))
+        assert "PDCHECK_IDLE_BACKOFF_MS" not in gpu and "PDCHECK_SHM_SPIN_SLEEP_US" not in gpu
+
+
 def test_env_layers_cell_then_model_then_plugin():
     """The cell's env overrides pdcheck's defaults, the model's env overrides the cell's; plugin vars win."""
     cell = make_cell(

@@ -26,6 +26,8 @@ def test_up_dry_run_prints_every_server_and_the_proxy(capsys, tmp_path):
     assert rc == ExitCode.OK
     assert out.count("pdcheck._vllm.launch serve") == 3 and "--max-model-len 2048" in out
     assert '"kv_role":"kv_producer","kv_buffer_device":"cpu"' in out and "pdcheck proxy --prefill http://127.0.0.1:" in out
+    # The CPU-only idle waits are part of what a dry run shows, on every server.
+    assert out.count("PDCHECK_IDLE_BACKOFF_MS=16") == 3 and out.count("PDCHECK_SHM_SPIN_SLEEP_US=50") == 3
     assert not (tmp_path / "logs").exists()
 
 

@@ -14,6 +14,7 @@ def test_empty_environment_asks_for_nothing():
     """No plugin variable: every setting is off."""
     s = parse_settings({"PDCHECK_CACHE_DIR": "/x", "PATH": "/bin"})
     assert (s.inject, s.nixl_pthr_delay_us, s.plugin_dir, s.disable_fixes, s.trace_dir) == (None,) * 5
+    assert (s.idle_backoff_ms, s.shm_spin_sleep_us) == (None, None)
 
 
 def test_full_contract_parses():
@@ -21,7 +22,9 @@ def test_full_contract_parses():
     s = parse_settings({
         "PDCHECK_INJECT": "stale-kv:0.25", "PDCHECK_INJECT_SEED": "7", "PDCHECK_PLUGIN_DIR": "/tmp/p",
         "PDCHECK_NIXL_PTHR_DELAY_US": "1000", "PDCHECK_DISABLE_FIXES": "zeroing", "PDCHECK_TRACE_DIR": "/tmp/t",
+        "PDCHECK_IDLE_BACKOFF_MS": "16", "PDCHECK_SHM_SPIN_SLEEP_US": "50",
     })
+    assert (s.idle_backoff_ms, s.shm_spin_sleep_us) == (16, 50)
     assert s.inject == InjectSpec(kind=InjectKind.STALE_KV, fraction=0.25, seed=7)
     assert (s.plugin_dir, s.nixl_pthr_delay_us, s.disable_fixes, s.trace_dir) == (Path("/tmp/p"), 1000, "zeroing", "/tmp/t")
 
@@ -68,3 +71,16 @@ def test_bad_nixl_delay_is_refused(raw):
     """The NIXL delay is whole microseconds in [0, 1e6]."""
     with pytest.raises(ConfigError, match=r"PDCHECK_NIXL_PTHR_DELAY_US.*\[0, 1000000\]"):
         parse_settings({"PDCHECK_NIXL_PTHR_DELAY_US": raw})
+
+
+@pytest.mark.parametrize(("name", "raw", "allowed"), [
+    ("PDCHECK_IDLE_BACKOFF_MS", "0", r"\[1, 1000\]"),
+    ("PDCHECK_IDLE_BACKOFF_MS", "2.5", r"\[1, 1000\]"),
+    ("PDCHECK_IDLE_BACKOFF_MS", "1001", r"\[1, 1000\]"),
+    ("PDCHECK_SHM_SPIN_SLEEP_US", "0", r"microseconds in \[1, 10000\]"),
+    ("PDCHECK_SHM_SPIN_SLEEP_US", "never", r"microseconds in \[1, 10000\]"),
+])
+def test_bad_idle_waits_are_refused(name, raw, allowed):
+    """The idle back-off (whole ms) and the spin sleep (whole µs) out of range or not numbers: the message names the range."""
+    with pytest.raises(ConfigError, match=f"{name}.*{allowed}"):
+        parse_settings({name: raw})
