@@ -54,7 +54,7 @@ def test_empty_steps_back_off_up_to_the_cap(adapter, monkeypatch):
 
 
 def test_a_request_arriving_mid_wait_wakes_the_engine(adapter, monkeypatch):
-    """At the cap, a request put 20 ms into a 500 ms wait ends it well before the cap."""
+    """At the cap, the engine waits until a request arrives 20 ms into a 500 ms wait, and no longer."""
     from vllm.v1.engine.core import EngineCoreProc
 
     from pdcheck._vllm import idle
@@ -64,7 +64,7 @@ def test_a_request_arriving_mid_wait_wakes_the_engine(adapter, monkeypatch):
     engine = _engine([False])
     engine._pdcheck_idle_wait_s = 0.5  # already backed off to the cap
     threading.Timer(0.02, engine.input_queue.put, args=(("ABORT", "r1"),)).start()
-    assert _timed(lambda: EngineCoreProc._process_engine_step(engine)) < 0.3
+    assert 0.015 <= _timed(lambda: EngineCoreProc._process_engine_step(engine)) < 0.3  # waited for it, not for the cap
 
 
 def test_a_waiting_shared_memory_reader_sleeps_instead_of_spinning(adapter, monkeypatch):
