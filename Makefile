@@ -7,7 +7,7 @@ PYTEST_WORKERS ?= 2
 # The CUDA builds of vLLM `make contract` checks pdcheck against (`make test` checks the first).
 CONTRACT_VLLM ?= 0.32.0 0.33.0
 
-.PHONY: setup fixtures sweep test contract race clean-venv
+.PHONY: setup fixtures sweep check test contract race clean-venv
 
 setup:
 	@VENV=$(VENV) scripts/setup-venv.sh
@@ -17,6 +17,13 @@ fixtures: setup
 
 sweep: fixtures
 	$(BIN)/pdcheck sweep $(SWEEP)
+
+# The lint and type gate: ruff (lint and format) and mypy, configured in pyproject.toml.
+LINTED := pdcheck tests benchmarks scripts
+check: setup
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 
 test: fixtures
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests

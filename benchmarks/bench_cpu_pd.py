@@ -43,8 +43,20 @@ def sweep_spec(questions: int, max_tokens: int) -> dict:
     """The cpu-smoke sweep's tiny-Llama clean cell, with this benchmark's question count."""
     return {
         "name": "bench-cpu-pd",
-        "models": [{"name": "tiny-llama", "path": "fixture:tiny-llama", "kind": "full-attention",
-                    "serve_args": ["--dtype", "float32", "--max-model-len", "2048", "--no-enable-prefix-caching"]}],
+        "models": [
+            {
+                "name": "tiny-llama",
+                "path": "fixture:tiny-llama",
+                "kind": "full-attention",
+                "serve_args": [
+                    "--dtype",
+                    "float32",
+                    "--max-model-len",
+                    "2048",
+                    "--no-enable-prefix-caching",
+                ],
+            }
+        ],
         "matrix": {"concurrency": list(CONCURRENCY)},
         "eval": {"task": "gsm8k-synth", "limit": questions, "max_tokens": max_tokens},
         "connector": {"kv_buffer_device": "cpu"},
@@ -66,9 +78,24 @@ def py_spy(out_dir: Path | None, servers) -> Iterator[None]:
     exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     out_dir.mkdir(parents=True, exist_ok=True)
     procs = [
-        subprocess.Popen([exe, "record", "--pid", str(s.pid), "--subprocesses", "--idle", "--rate", "200",
-                          "--format", "raw", "--output", str(out_dir / f"{s.name}.txt")],
-                         stdout=subprocess.DEVNULL, stderr=open(out_dir / f"{s.name}.log", "w"))
+        subprocess.Popen(
+            [
+                exe,
+                "record",
+                "--pid",
+                str(s.pid),
+                "--subprocesses",
+                "--idle",
+                "--rate",
+                "200",
+                "--format",
+                "raw",
+                "--output",
+                str(out_dir / f"{s.name}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(out_dir / f"{s.name}.log", "w"),  # noqa: SIM115 (py-spy owns it until exit)
+        )
         for s in servers
     ]
     try:
@@ -93,7 +120,9 @@ def main() -> None:
     load_before = loadavg()
     with tempfile.TemporaryDirectory(prefix="bench-cpu-pd-") as tmp:
         run = Path(tmp)
-        plan = plan_topology(cell, inventory=read_inventory(), ports=default_allocator(), run_dir=run)
+        plan = plan_topology(
+            cell, inventory=read_inventory(), ports=default_allocator(), run_dir=run
+        )
         start = time.monotonic()
         with serve_topology(plan) as endpoints:
             start_s = time.monotonic() - start
@@ -104,13 +133,25 @@ def main() -> None:
                     spying = args.py_spy if (side, c) == ("pd", 1) else None
                     pd_servers = [s for s in endpoints.servers if not s.name.startswith("baseline")]
                     with py_spy(spying, pd_servers):
-                        summary = run_eval(url, task, settings=cell.eval, concurrency=c, model=model,
-                                           out_path=run / f"{side}-c{c}.jsonl", run_tag=f"{side}-c{c}")
+                        summary = run_eval(
+                            url,
+                            task,
+                            settings=cell.eval,
+                            concurrency=c,
+                            model=model,
+                            out_path=run / f"{side}-c{c}.jsonl",
+                            run_tag=f"{side}-c{c}",
+                        )
                     if summary.n_ok != args.questions:
-                        raise SystemExit(f"{side} c{c}: {summary.n_ok}/{args.questions} questions answered")
+                        raise SystemExit(
+                            f"{side} c{c}: {summary.n_ok}/{args.questions} questions answered"
+                        )
                     s_per_q[side][c] = summary.wall_s / summary.n
-                    print(f"{side:8s} c{c}: {s_per_q[side][c]:.3f} s/question "
-                          f"(accuracy {summary.accuracy:.3f})", file=sys.stderr)
+                    print(
+                        f"{side:8s} c{c}: {s_per_q[side][c]:.3f} s/question "
+                        f"(accuracy {summary.accuracy:.3f})",
+                        file=sys.stderr,
+                    )
     result = {
         "bench": "cpu-pd",
         "questions": args.questions,
@@ -118,7 +159,9 @@ def main() -> None:
         "start_s": round(start_s, 1),
         "baseline_s_per_q": {f"c{c}": round(v, 4) for c, v in s_per_q["baseline"].items()},
         "pd_s_per_q": {f"c{c}": round(v, 4) for c, v in s_per_q["pd"].items()},
-        "pd_over_baseline": {f"c{c}": round(s_per_q["pd"][c] / s_per_q["baseline"][c], 2) for c in CONCURRENCY},
+        "pd_over_baseline": {
+            f"c{c}": round(s_per_q["pd"][c] / s_per_q["baseline"][c], 2) for c in CONCURRENCY
+        },
         "loadavg_before": load_before,
         "loadavg_after": loadavg(),
     }

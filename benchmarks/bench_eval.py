@@ -58,19 +58,26 @@ _JSON = {"Content-Type": "application/json"}
 
 def start_fake_server() -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SERVER_CODE], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _SERVER_CODE],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     port = proc.stdout.readline().strip()
     return proc, f"http://127.0.0.1:{port}"
 
 
-async def floor_loop(url: str, builder: PromptBuilder, indices: range, concurrency: int, *, msgspec_json: bool) -> float:
+async def floor_loop(
+    url: str, builder: PromptBuilder, indices: range, concurrency: int, *, msgspec_json: bool
+) -> float:
     """The least a client can do: build each body, N in flight, post, read JSON, keep the text."""
     semaphore = asyncio.Semaphore(concurrency)
     texts: dict[int, str] = {}
     encode, decode = msgspec.json.encode, msgspec.json.decode
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
         async def one(i: int) -> None:
             async with semaphore:
                 body = builder.body(builder.prompt(i), model="fake")
@@ -89,8 +96,15 @@ async def floor_loop(url: str, builder: PromptBuilder, indices: range, concurren
         return time.perf_counter() - start
 
 
-def time_floor(url: str, task: TaskData, settings: EvalSettings, concurrency: int, *, run=asyncio.run,
-               msgspec_json: bool = False) -> float:
+def time_floor(
+    url: str,
+    task: TaskData,
+    settings: EvalSettings,
+    concurrency: int,
+    *,
+    run=asyncio.run,
+    msgspec_json: bool = False,
+) -> float:
     builder = PromptBuilder(task, PromptOptions.from_settings(settings))
     indices = task.indices(limit=settings.limit, offset=settings.offset)
     return run(floor_loop(url, builder, indices, concurrency, msgspec_json=msgspec_json))
@@ -101,7 +115,9 @@ def time_floor_uvloop(url: str, task: TaskData, settings: EvalSettings, concurre
     return time_floor(url, task, settings, concurrency, run=uvloop.run)
 
 
-def time_floor_same_stack(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
+def time_floor_same_stack(
+    url: str, task: TaskData, settings: EvalSettings, concurrency: int
+) -> float:
     """The floor on pdcheck's loop and JSON codec: what is left over it is pdcheck's own bookkeeping."""
     return time_floor(url, task, settings, concurrency, run=uvloop.run, msgspec_json=True)
 
@@ -109,7 +125,14 @@ def time_floor_same_stack(url: str, task: TaskData, settings: EvalSettings, conc
 def time_pdcheck(url: str, task: TaskData, settings: EvalSettings, concurrency: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        run_eval(url, task, settings=settings, concurrency=concurrency, out_path=Path(tmp) / "r.jsonl", model="fake")
+        run_eval(
+            url,
+            task,
+            settings=settings,
+            concurrency=concurrency,
+            out_path=Path(tmp) / "r.jsonl",
+            model="fake",
+        )
         return time.perf_counter() - start
 
 
@@ -119,7 +142,14 @@ def time_lmeval(url: str, task: TaskData, settings: EvalSettings, concurrency: i
     lm_settings = settings.model_copy(update={"engine": "lm-eval", "style": "lm-eval"})
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        run_eval(url, task, settings=lm_settings, concurrency=concurrency, out_path=Path(tmp) / "r.jsonl", model="fake")
+        run_eval(
+            url,
+            task,
+            settings=lm_settings,
+            concurrency=concurrency,
+            out_path=Path(tmp) / "r.jsonl",
+            model="fake",
+        )
         return time.perf_counter() - start
 
 
@@ -145,11 +175,22 @@ def memory_child(url: str, dataset: str, questions: int, concurrency: int) -> di
     before = _peak_rss_mib()
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        run_eval(url, big, settings=EvalSettings(), concurrency=concurrency, out_path=Path(tmp) / "r.jsonl", model="fake")
+        run_eval(
+            url,
+            big,
+            settings=EvalSettings(),
+            concurrency=concurrency,
+            out_path=Path(tmp) / "r.jsonl",
+            model="fake",
+        )
         wall = time.perf_counter() - start
     after = _peak_rss_mib()
-    return {"questions": questions, "peak_rss_mib": round(after, 1), "rss_growth_mib": round(after - before, 1),
-            "wall_s": round(wall, 3)}
+    return {
+        "questions": questions,
+        "peak_rss_mib": round(after, 1),
+        "rss_growth_mib": round(after - before, 1),
+        "wall_s": round(wall, 3),
+    }
 
 
 def main() -> int:
@@ -158,12 +199,20 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--memory-questions", type=int, default=10_000)
-    parser.add_argument("--dataset", default=os.environ.get("PDCHECK_GSM8K_DIR", str(DEFAULT_GSM8K)))
+    parser.add_argument(
+        "--dataset", default=os.environ.get("PDCHECK_GSM8K_DIR", str(DEFAULT_GSM8K))
+    )
     parser.add_argument("--skip-lmeval", action="store_true")
     parser.add_argument("--memory-child", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
-        print(json.dumps(memory_child(args.memory_child, args.dataset, args.memory_questions, args.concurrency)))
+        print(
+            json.dumps(
+                memory_child(
+                    args.memory_child, args.dataset, args.memory_questions, args.concurrency
+                )
+            )
+        )
         return 0
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -171,8 +220,12 @@ def main() -> int:
     settings = EvalSettings(dataset=args.dataset, limit=args.questions)
     server, url = start_fake_server()
     try:
-        runners = {"floor": time_floor, "pdcheck": time_pdcheck, "floor_uvloop": time_floor_uvloop,
-                   "floor_same_stack": time_floor_same_stack}
+        runners = {
+            "floor": time_floor,
+            "pdcheck": time_pdcheck,
+            "floor_uvloop": time_floor_uvloop,
+            "floor_same_stack": time_floor_same_stack,
+        }
         walls: dict[str, list[float]] = {name: [] for name in runners}
         cpus: dict[str, list[float]] = {name: [] for name in runners}
         for fn in runners.values():  # warm the server's and each client's code paths
@@ -183,9 +236,21 @@ def main() -> int:
                 walls[name].append(fn(url, task, settings, args.concurrency))
                 cpus[name].append(time.process_time() - cpu_start)
         mem_out = subprocess.run(
-            [sys.executable, __file__, "--memory-child", url, "--dataset", args.dataset,
-             "--memory-questions", str(args.memory_questions), "--concurrency", str(args.concurrency)],
-            capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                __file__,
+                "--memory-child",
+                url,
+                "--dataset",
+                args.dataset,
+                "--memory-questions",
+                str(args.memory_questions),
+                "--concurrency",
+                str(args.concurrency),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         memory = json.loads(mem_out.stdout.strip().splitlines()[-1])
         lmeval = None if args.skip_lmeval else time_lmeval(url, task, settings, args.concurrency)
@@ -214,7 +279,9 @@ def main() -> int:
         "pdcheck_over_floor_same_stack": round(pdcheck_s / wall["floor_same_stack"], 3),
         # The client's own CPU: less exposed than wall time to other load on a shared machine.
         "cpu_s": {name: round(value, 4) for name, value in cpu.items()},
-        "pdcheck_cpu_over_same_stack_us": round((cpu["pdcheck"] - cpu["floor_same_stack"]) / n * 1e6, 1),
+        "pdcheck_cpu_over_same_stack_us": round(
+            (cpu["pdcheck"] - cpu["floor_same_stack"]) / n * 1e6, 1
+        ),
         "pdcheck_speedup_vs_lmeval": None if lmeval is None else round(lmeval / pdcheck_s, 1),
         "memory": memory,
         # The machine is shared: the 1-minute load average when the runs ended, to read the ratio by.
@@ -222,20 +289,32 @@ def main() -> int:
     }
     result["bar_floor_ok"] = result["pdcheck_over_floor"] <= 1.25
     result["bar_lmeval_ok"] = None if lmeval is None else result["pdcheck_speedup_vs_lmeval"] >= 3
-    print(f"{n} questions at concurrency {args.concurrency} (median of {args.repeats}; client CPU in brackets):")
-    rows = (("floor: bare aiohttp loop", "floor", "the bar: pdcheck <= 1.25x it"),
-            ("floor on uvloop", "floor_uvloop", "pdcheck's loop"),
-            ("floor on uvloop + msgspec", "floor_same_stack", "pdcheck's loop and JSON codec"),
-            ("pdcheck runner", "pdcheck", ""))
+    print(
+        f"{n} questions at concurrency {args.concurrency} (median of {args.repeats}; client CPU in brackets):"
+    )
+    rows = (
+        ("floor: bare aiohttp loop", "floor", "the bar: pdcheck <= 1.25x it"),
+        ("floor on uvloop", "floor_uvloop", "pdcheck's loop"),
+        ("floor on uvloop + msgspec", "floor_same_stack", "pdcheck's loop and JSON codec"),
+        ("pdcheck runner", "pdcheck", ""),
+    )
     for label, name, why in rows:
         ratio = "" if name == "pdcheck" else f"pdcheck = {pdcheck_s / wall[name]:.2f}x it ({why})"
-        print(f"  {label:27s} {wall[name]:7.3f} s [{cpu[name]:.3f} s] {n / wall[name]:7.0f} q/s  {ratio}")
-    print(f"  pdcheck's client CPU over the same-stack floor: {result['pdcheck_cpu_over_same_stack_us']} us a question "
-          f"(scoring, records, request ids); load average {result['loadavg_1m']}")
+        print(
+            f"  {label:27s} {wall[name]:7.3f} s [{cpu[name]:.3f} s] {n / wall[name]:7.0f} q/s  {ratio}"
+        )
+    print(
+        f"  pdcheck's client CPU over the same-stack floor: {result['pdcheck_cpu_over_same_stack_us']} us a question "
+        f"(scoring, records, request ids); load average {result['loadavg_1m']}"
+    )
     if lmeval is not None:
-        print(f"  lm-eval local-completions   {lmeval:7.3f} s  {n / lmeval:7.1f} q/s  pdcheck is {result['pdcheck_speedup_vs_lmeval']}x faster (bar >= 3)")
-    print(f"  memory, {memory['questions']} questions: peak RSS {memory['peak_rss_mib']:.0f} MiB "
-          f"(+{memory['rss_growth_mib']:.0f} MiB during the run), {memory['wall_s']:.2f} s")
+        print(
+            f"  lm-eval local-completions   {lmeval:7.3f} s  {n / lmeval:7.1f} q/s  pdcheck is {result['pdcheck_speedup_vs_lmeval']}x faster (bar >= 3)"
+        )
+    print(
+        f"  memory, {memory['questions']} questions: peak RSS {memory['peak_rss_mib']:.0f} MiB "
+        f"(+{memory['rss_growth_mib']:.0f} MiB during the run), {memory['wall_s']:.2f} s"
+    )
     print(json.dumps(result))
     return 0
 

@@ -67,7 +67,9 @@ async def _latencies(session: aiohttp.ClientSession, url: str, n: int) -> list[f
     out = []
     for i in range(n):
         t0 = time.perf_counter()
-        async with session.post(url + "/v1/completions", json=BODY, headers={"X-Request-Id": f"bench-q{i:05d}"}) as resp:
+        async with session.post(
+            url + "/v1/completions", json=BODY, headers={"X-Request-Id": f"bench-q{i:05d}"}
+        ) as resp:
             await resp.read()
             assert resp.status == 200, resp.status
         out.append(time.perf_counter() - t0)
@@ -78,7 +80,12 @@ async def _throughput(session: aiohttp.ClientSession, url: str, n: int, concurre
     sem = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
-        async with sem, session.post(url + "/v1/completions", json=BODY, headers={"X-Request-Id": f"tp-q{i:05d}"}) as resp:
+        async with (
+            sem,
+            session.post(
+                url + "/v1/completions", json=BODY, headers={"X-Request-Id": f"tp-q{i:05d}"}
+            ) as resp,
+        ):
             await resp.read()
             assert resp.status == 200, resp.status
 
@@ -87,7 +94,9 @@ async def _throughput(session: aiohttp.ClientSession, url: str, n: int, concurre
     return n / (time.perf_counter() - t0)
 
 
-async def _measure(direct: str, proxied: str, *, requests: int, rounds: int, concurrency: int) -> dict:
+async def _measure(
+    direct: str, proxied: str, *, requests: int, rounds: int, concurrency: int
+) -> dict:
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         await _latencies(session, direct, 50)  # warm up connections on both paths
@@ -121,40 +130,74 @@ def _own_overhead_ms(proxy_url: str) -> float:
 
     with urllib.request.urlopen(proxy_url + "/metrics", timeout=10) as resp:
         samples = {name: value for name, _, value in parse_prometheus(resp.read().decode())}
-    return round(1e3 * samples["pdcheck_proxy_added_latency_seconds_sum"] / samples["pdcheck_proxy_added_latency_seconds_count"], 3)
+    return round(
+        1e3
+        * samples["pdcheck_proxy_added_latency_seconds_sum"]
+        / samples["pdcheck_proxy_added_latency_seconds_count"],
+        3,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--requests", type=int, default=2000, help="sequential requests per path for the p50")
+    parser.add_argument(
+        "--requests", type=int, default=2000, help="sequential requests per path for the p50"
+    )
     parser.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args()
     ports = default_allocator()
     prefill_port, decode_port, proxy_port = ports.http_port(), ports.http_port(), ports.http_port()
     ctx = multiprocessing.get_context("spawn")
-    backends = [ctx.Process(target=_fake_backend, args=(p,), daemon=True) for p in (prefill_port, decode_port)]
+    backends = [
+        ctx.Process(target=_fake_backend, args=(p,), daemon=True)
+        for p in (prefill_port, decode_port)
+    ]
     for b in backends:
         b.start()
-    prefill, decode, proxied = (f"http://127.0.0.1:{p}" for p in (prefill_port, decode_port, proxy_port))
+    prefill, decode, proxied = (
+        f"http://127.0.0.1:{p}" for p in (prefill_port, decode_port, proxy_port)
+    )
     proxy = subprocess.Popen(
-        [sys.executable, "-c", "from pdcheck.cli import run; run()", "proxy", "--prefill", prefill, "--decode", decode, "--port", str(proxy_port)],
-        stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-c",
+            "from pdcheck.cli import run; run()",
+            "proxy",
+            "--prefill",
+            prefill,
+            "--decode",
+            decode,
+            "--port",
+            str(proxy_port),
+        ],
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for url in (prefill, decode, proxied):
             _wait_healthy(url)
-        result = asyncio.run(_measure(decode, proxied, requests=args.requests, rounds=10, concurrency=args.concurrency))
+        result = asyncio.run(
+            _measure(
+                decode, proxied, requests=args.requests, rounds=10, concurrency=args.concurrency
+            )
+        )
         result["proxy_own_mean_ms"] = _own_overhead_ms(proxied)
     finally:
         proxy.terminate()
         proxy.wait(10)
         for b in backends:
             b.terminate()
-    print(f"p50 latency   direct {result['p50_direct_ms']:.3f} ms   via proxy {result['p50_proxy_ms']:.3f} ms   "
-          f"added {result['added_p50_ms']:.3f} ms (bar ≤ {BAR_ADDED_P50_MS} ms)   ratio {result['latency_ratio']}x   "
-          f"proxy's own processing {result['proxy_own_mean_ms']:.3f} ms/request (the rest is the two extra HTTP exchanges)")
-    print(f"throughput c{args.concurrency}   direct {result['rps_direct_c64']:.0f} req/s   via proxy {result['rps_proxy_c64']:.0f} req/s   "
-          f"ratio {result['throughput_ratio']}x")
-    print(json.dumps({"bench": "proxy", **result, "pass": result["added_p50_ms"] <= BAR_ADDED_P50_MS}))
+    print(
+        f"p50 latency   direct {result['p50_direct_ms']:.3f} ms   via proxy {result['p50_proxy_ms']:.3f} ms   "
+        f"added {result['added_p50_ms']:.3f} ms (bar ≤ {BAR_ADDED_P50_MS} ms)   ratio {result['latency_ratio']}x   "
+        f"proxy's own processing {result['proxy_own_mean_ms']:.3f} ms/request (the rest is the two extra HTTP exchanges)"
+    )
+    print(
+        f"throughput c{args.concurrency}   direct {result['rps_direct_c64']:.0f} req/s   via proxy {result['rps_proxy_c64']:.0f} req/s   "
+        f"ratio {result['throughput_ratio']}x"
+    )
+    print(
+        json.dumps({"bench": "proxy", **result, "pass": result["added_p50_ms"] <= BAR_ADDED_P50_MS})
+    )
     return 0 if result["added_p50_ms"] <= BAR_ADDED_P50_MS else 1
 
 

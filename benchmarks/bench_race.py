@@ -47,9 +47,20 @@ def main() -> None:
             "steps_per_seed": steps / args.seeds,
             "steps_per_s": round(steps / sum(per_seed), 1),
         }
-        print(f"{name:22s} median {results[name]['seed_s_median']:.3f} s/seed (bar 1 s: ratio {results[name]['seed_s_median']:.2f}), "
-              f"{results[name]['steps_per_seed']:.0f} steps/seed, {results[name]['steps_per_s']:.0f} steps/s")
-    print(json.dumps({"bench": "race", "import_s": round(import_s, 2), "requests": args.requests, "variants": results}))
+        print(
+            f"{name:22s} median {results[name]['seed_s_median']:.3f} s/seed (bar 1 s: ratio {results[name]['seed_s_median']:.2f}), "
+            f"{results[name]['steps_per_seed']:.0f} steps/seed, {results[name]['steps_per_s']:.0f} steps/s"
+        )
+    print(
+        json.dumps(
+            {
+                "bench": "race",
+                "import_s": round(import_s, 2),
+                "requests": args.requests,
+                "variants": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

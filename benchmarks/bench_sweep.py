@@ -30,7 +30,10 @@ from pdcheck.sweep.serving_backend import ServingBackend
 from pdcheck.sweep.store import Provenance, RunStore
 
 HEAVY_LOCK = "/tmp/pdcheck-heavy.lock"
-MODELS = [("tiny-llama", "tiny-llama-random", "full-attention"), ("tiny-granite", "tiny-granite-random", "hybrid")]
+MODELS = [
+    ("tiny-llama", "tiny-llama-random", "full-attention"),
+    ("tiny-granite", "tiny-granite-random", "hybrid"),
+]
 
 
 class LockedBackend:
@@ -64,7 +67,9 @@ class LockedBackend:
         return self._held(self.inner.baseline(cell, gpus=gpus, cell_dir=cell_dir))
 
     def pd(self, cell, *, gpus, cell_dir, prefill_key=None):
-        return self._held(self.inner.pd(cell, gpus=gpus, cell_dir=cell_dir, prefill_key=prefill_key))
+        return self._held(
+            self.inner.pd(cell, gpus=gpus, cell_dir=cell_dir, prefill_key=prefill_key)
+        )
 
     def close(self):
         self.inner.close()
@@ -73,9 +78,15 @@ class LockedBackend:
 def sweep_spec(models: int, concurrency: list[int], limit: int) -> dict:
     return {
         "name": "bench-sweep",
-        "models": [{"name": n, "path": f"fixture:{p}", "kind": k,
-                    "serve_args": ["--max-model-len", "2048", "--no-enable-prefix-caching"]}
-                   for n, p, k in MODELS[:models]],
+        "models": [
+            {
+                "name": n,
+                "path": f"fixture:{p}",
+                "kind": k,
+                "serve_args": ["--max-model-len", "2048", "--no-enable-prefix-caching"],
+            }
+            for n, p, k in MODELS[:models]
+        ],
         "matrix": {"concurrency": concurrency},
         "eval": {"task": "gsm8k-synth", "limit": limit, "max_tokens": 16},
         "connector": {"kv_buffer_device": "cpu"},
@@ -85,18 +96,26 @@ def sweep_spec(models: int, concurrency: list[int], limit: int) -> dict:
 
 def run_once(cells, root: Path, *, reuse: bool) -> dict:
     backend = LockedBackend(ServingBackend.for_cells(cells))
-    store = RunStore.create(root, provenance=Provenance(), sweep={"name": "bench-sweep"}, environment={})
+    store = RunStore.create(
+        root, provenance=Provenance(), sweep={"name": "bench-sweep"}, environment={}
+    )
     start = time.monotonic()
     result = Engine(cells, store=store, backend=backend, options=SweepOptions(reuse=reuse)).run()
-    return {"wall_s": round(time.monotonic() - start, 1), "busy_s": round(backend.busy_s, 1),
-            "server_starts": result.server_starts, "exit_code": int(result.exit_code)}
+    return {
+        "wall_s": round(time.monotonic() - start, 1),
+        "busy_s": round(backend.busy_s, 1),
+        "server_starts": result.server_starts,
+        "exit_code": int(result.exit_code),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=int, default=2, choices=(1, 2))
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--limit", type=int, default=8, help="questions per unit (small: starts dominate)")
+    parser.add_argument(
+        "--limit", type=int, default=8, help="questions per unit (small: starts dominate)"
+    )
     args = parser.parse_args()
     cells = expand_cells(parse_sweep(sweep_spec(args.models, args.concurrency, args.limit)))
     distinct = distinct_server_configs(cells)
@@ -105,14 +124,33 @@ def main() -> None:
         restart = run_once(cells, Path(tmp) / "restart", reuse=False)
     units = sum(2 * len(c.concurrency) for c in cells)
     ratio = restart["busy_s"] / built["busy_s"] if built["busy_s"] else float("nan")
-    print(f"matrix: {len(cells)} cells × {len(args.concurrency)} concurrency levels = {units} units, "
-          f"{distinct} distinct server configs")
-    print(f"engine as built:  {built['server_starts']:3d} server starts, busy {built['busy_s']:7.1f} s")
-    print(f"restart per unit: {restart['server_starts']:3d} server starts, busy {restart['busy_s']:7.1f} s")
-    print(f"ratio (restart / built busy time): {ratio:.2f}x; starts == distinct configs: "
-          f"{built['server_starts'] == distinct}")
-    print(json.dumps({"bench": "sweep", "cells": len(cells), "units": units, "distinct_server_configs": distinct,
-                      "built": built, "restart_per_unit": restart, "ratio": round(ratio, 2)}))
+    print(
+        f"matrix: {len(cells)} cells × {len(args.concurrency)} concurrency levels = {units} units, "
+        f"{distinct} distinct server configs"
+    )
+    print(
+        f"engine as built:  {built['server_starts']:3d} server starts, busy {built['busy_s']:7.1f} s"
+    )
+    print(
+        f"restart per unit: {restart['server_starts']:3d} server starts, busy {restart['busy_s']:7.1f} s"
+    )
+    print(
+        f"ratio (restart / built busy time): {ratio:.2f}x; starts == distinct configs: "
+        f"{built['server_starts'] == distinct}"
+    )
+    print(
+        json.dumps(
+            {
+                "bench": "sweep",
+                "cells": len(cells),
+                "units": units,
+                "distinct_server_configs": distinct,
+                "built": built,
+                "restart_per_unit": restart,
+                "ratio": round(ratio, 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -103,7 +103,9 @@ class InfraError(PdcheckError):
 class ServerCrashed(InfraError):
     """A server process exited; carries its role, exit code and the tail of its log."""
 
-    def __init__(self, role: str, returncode: int | None, log_tail: str = "", log_path: str | None = None):
+    def __init__(
+        self, role: str, returncode: int | None, log_tail: str = "", log_path: str | None = None
+    ):
         self.role = role
         self.returncode = returncode
         self.log_tail = log_tail
@@ -119,7 +121,9 @@ class ServerCrashed(InfraError):
 class ServerStartTimeout(InfraError):
     """A server did not become healthy within its timeout."""
 
-    def __init__(self, role: str, timeout_s: float, log_tail: str = "", log_path: str | None = None):
+    def __init__(
+        self, role: str, timeout_s: float, log_tail: str = "", log_path: str | None = None
+    ):
         self.role = role
         self.timeout_s = timeout_s
         self.log_tail = log_tail

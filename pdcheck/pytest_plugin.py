@@ -12,16 +12,37 @@ from pathlib import Path
 
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("pdcheck")
-    group.addoption("--pdcheck-sweep", action="store", default=None, metavar="FILE",
-                    help="Run each cell of this pdcheck sweep file as a test item.")
-    group.addoption("--pdcheck-out", action="store", default=None, metavar="DIR",
-                    help="Results folder for --pdcheck-sweep (default pdcheck-results/<sweep>-pytest); "
-                         "cells already done there are not run again.")
-    group.addoption("--pdcheck-only", action="append", default=None, metavar="NAME|ID",
-                    help="With --pdcheck-sweep: only these cells (repeatable).")
-    group.addoption("--pdcheck-baseline-url", default=None, metavar="URL",
-                    help="Attach mode (with --pdcheck-pd-url): test one cell against servers you run.")
-    group.addoption("--pdcheck-pd-url", default=None, metavar="URL", help="Attach mode: your PD endpoint.")
+    group.addoption(
+        "--pdcheck-sweep",
+        action="store",
+        default=None,
+        metavar="FILE",
+        help="Run each cell of this pdcheck sweep file as a test item.",
+    )
+    group.addoption(
+        "--pdcheck-out",
+        action="store",
+        default=None,
+        metavar="DIR",
+        help="Results folder for --pdcheck-sweep (default pdcheck-results/<sweep>-pytest); "
+        "cells already done there are not run again.",
+    )
+    group.addoption(
+        "--pdcheck-only",
+        action="append",
+        default=None,
+        metavar="NAME|ID",
+        help="With --pdcheck-sweep: only these cells (repeatable).",
+    )
+    group.addoption(
+        "--pdcheck-baseline-url",
+        default=None,
+        metavar="URL",
+        help="Attach mode (with --pdcheck-pd-url): test one cell against servers you run.",
+    )
+    group.addoption(
+        "--pdcheck-pd-url", default=None, metavar="URL", help="Attach mode: your PD endpoint."
+    )
 
 
 def pytest_configure(config) -> None:
@@ -30,10 +51,14 @@ def pytest_configure(config) -> None:
         import pytest
 
         raise pytest.UsageError("--pdcheck-only needs --pdcheck-sweep FILE")
-    if (config.getoption("pdcheck_baseline_url") is None) != (config.getoption("pdcheck_pd_url") is None):
+    if (config.getoption("pdcheck_baseline_url") is None) != (
+        config.getoption("pdcheck_pd_url") is None
+    ):
         import pytest
 
-        raise pytest.UsageError("attach mode needs both --pdcheck-baseline-url and --pdcheck-pd-url")
+        raise pytest.UsageError(
+            "attach mode needs both --pdcheck-baseline-url and --pdcheck-pd-url"
+        )
     if config.getoption("pdcheck_sweep"):
         import pytest
 

@@ -9,7 +9,16 @@ import subprocess
 import pytest
 
 _STRIPPED_PREFIXES = ("VLLM_", "PDCHECK_", "HF_", "CUDA_VISIBLE_DEVICES", "UCX_")
-_STRIPPED_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy")
+_STRIPPED_NAMES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+)
 # Variables tests may rely on: where CI points GSM8K, where tiny models are cached, and the
 # archives the release workflow hands to the install test.
 _KEPT = ("PDCHECK_GSM8K_DIR", "PDCHECK_CACHE_DIR", "PDCHECK_DIST_DIR")
@@ -59,5 +68,7 @@ def gsm8k_dir():
         candidate = os.path.normpath(os.path.join(here, "..", "..", "shared", "data", "gsm8k"))
         path = candidate if os.path.isdir(candidate) else None
     if not path or not os.path.isdir(path):
-        pytest.fail("GSM8K not found: set PDCHECK_GSM8K_DIR to a folder with test.jsonl and train.jsonl")
+        pytest.fail(
+            "GSM8K not found: set PDCHECK_GSM8K_DIR to a folder with test.jsonl and train.jsonl"
+        )
     return path

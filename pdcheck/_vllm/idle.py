@@ -64,7 +64,9 @@ def check_idle_names() -> None:
         if step is None or list(inspect.signature(step).parameters) != ["self"]:
             missing.append("EngineCoreProc._process_engine_step(self)")
         source = inspect.getsource(proc_cls)
-        missing += [f"EngineCoreProc.{a}" for a in ("input_queue", "scheduler") if f"self.{a}" not in source]
+        missing += [
+            f"EngineCoreProc.{a}" for a in ("input_queue", "scheduler") if f"self.{a}" not in source
+        ]
     shm = importlib.import_module(_SHM_MODULE)
     if not callable(getattr(shm, "sched_yield", None)):
         missing.append(f"{_SHM_MODULE}.sched_yield")
@@ -90,7 +92,9 @@ def back_off_idle_steps(max_wait_s: float) -> None:
         if model_executed or not self.scheduler.has_requests():
             self._pdcheck_idle_wait_s = 0.0
             return model_executed
-        wait_s = min(max_wait_s, 2 * getattr(self, "_pdcheck_idle_wait_s", 0.0) or _FIRST_IDLE_WAIT_S)
+        wait_s = min(
+            max_wait_s, 2 * getattr(self, "_pdcheck_idle_wait_s", 0.0) or _FIRST_IDLE_WAIT_S
+        )
         self._pdcheck_idle_wait_s = wait_s
         wait_for_input(self.input_queue, wait_s)
         return model_executed
@@ -108,8 +112,9 @@ def wait_for_input(input_queue: Any, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     with input_queue.not_empty:
         # len() of the deque, not qsize(): qsize() takes the mutex this condition already holds.
-        return input_queue.not_empty.wait_for(lambda: len(input_queue.queue) > 0,
-                                              timeout=max(0.0, deadline - time.monotonic()))
+        return input_queue.not_empty.wait_for(
+            lambda: len(input_queue.queue) > 0, timeout=max(0.0, deadline - time.monotonic())
+        )
 
 
 def sleep_in_shm_spins(first_sleep_s: float) -> None:

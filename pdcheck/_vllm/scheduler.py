@@ -116,7 +116,9 @@ def check_internals() -> None:
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
-        raise VllmIncompatible("not installed", missing=["vllm (install pdcheck[cpu] or pdcheck[gpu])"]) from exc
+        raise VllmIncompatible(
+            "not installed", missing=["vllm (install pdcheck[cpu] or pdcheck[gpu])"]
+        ) from exc
     missing = _missing(REQUIRED_NAMES)
     if missing:
         raise VllmIncompatible(vllm_version(), missing=missing)
@@ -203,11 +205,15 @@ def patch_zeroing_fix_off() -> contextlib.AbstractContextManager[None]:
     return _patch_skip_zeroing(lambda groups: ())
 
 
-def _patch_skip_zeroing(choose: Callable[[tuple[int, ...]], tuple[int, ...]]) -> contextlib.AbstractContextManager[None]:
+def _patch_skip_zeroing(
+    choose: Callable[[tuple[int, ...]], tuple[int, ...]],
+) -> contextlib.AbstractContextManager[None]:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(orig)
         def allocate_slots(self: Any, *args: Any, **kwargs: Any) -> Any:
-            kwargs["skip_zeroing_group_ids"] = tuple(choose(tuple(kwargs.get("skip_zeroing_group_ids", ()))))
+            kwargs["skip_zeroing_group_ids"] = tuple(
+                choose(tuple(kwargs.get("skip_zeroing_group_ids", ())))
+            )
             return orig(self, *args, **kwargs)
 
         return allocate_slots
@@ -220,8 +226,11 @@ def _mutation_free_fence_off_by_one() -> contextlib.AbstractContextManager[None]
     return _patched(
         _scheduler_cls(),
         "_request_blocks_can_be_freed",
-        lambda orig: lambda self, request: not self.defer_block_free
-        or request.last_sched_seq <= self.processed_step_seq + 1,
+        lambda orig: (
+            lambda self, request: (
+                not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq + 1
+            )
+        ),
     )
 
 
@@ -269,19 +278,36 @@ def _mutation_abort_frees_at_once() -> contextlib.AbstractContextManager[None]:
 
 
 def _mutation_no_rezero_after_failed_load() -> contextlib.AbstractContextManager[None]:
-    return _patched(_kv_manager_cls(), "record_blocks_for_zeroing", lambda orig: lambda self, *a, **k: None)
+    return _patched(
+        _kv_manager_cls(), "record_blocks_for_zeroing", lambda orig: lambda self, *a, **k: None
+    )
 
 
 MUTATIONS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[None]]]] = {
-    "free-fence-off-by-one": ("frees blocks while the last step that wrote them is still in flight", _mutation_free_fence_off_by_one),
-    "deferred-fence-one-early": ("queues deferred frees one step too early", _mutation_deferred_fence_one_early),
-    "drain-before-processed": ("drains deferred frees before the step is counted processed", _mutation_drain_before_processed),
-    "abort-frees-at-once": ("an abort from outside frees at once; only finishes seen in outputs defer", _mutation_abort_frees_at_once),
+    "free-fence-off-by-one": (
+        "frees blocks while the last step that wrote them is still in flight",
+        _mutation_free_fence_off_by_one,
+    ),
+    "deferred-fence-one-early": (
+        "queues deferred frees one step too early",
+        _mutation_deferred_fence_one_early,
+    ),
+    "drain-before-processed": (
+        "drains deferred frees before the step is counted processed",
+        _mutation_drain_before_processed,
+    ),
+    "abort-frees-at-once": (
+        "an abort from outside frees at once; only finishes seen in outputs defer",
+        _mutation_abort_frees_at_once,
+    ),
     "skip-zeroing-first-group-only": (
         "skip_zeroing covers only the first loaded KV group",
         lambda: _patch_skip_zeroing(lambda groups: groups[:1]),
     ),
-    "no-rezero-after-failed-load": ("blocks left unwritten by a failed load are not zeroed again", _mutation_no_rezero_after_failed_load),
+    "no-rezero-after-failed-load": (
+        "blocks left unwritten by a failed load are not zeroed again",
+        _mutation_no_rezero_after_failed_load,
+    ),
 }
 
 
@@ -327,7 +353,9 @@ class LoadStart:
 class StepRecord:
     """Everything a dispatched step does to KV memory; ``output`` is vLLM's SchedulerOutput, opaque here."""
 
-    fence_seq: int  # the scheduler's sched_step_seq after this step (0 when block freeing is not deferred)
+    fence_seq: (
+        int  # the scheduler's sched_step_seq after this step (0 when block freeing is not deferred)
+    )
     requests: tuple[ScheduledRequest, ...]
     zero_block_ids: tuple[int, ...]
     block_copies: tuple[tuple[int, int], ...]
@@ -379,15 +407,31 @@ class TraceStep(NamedTuple):
         """
         counts, resumed = self.counts, self.resumed
         rows = list(self.new_rows)
-        for request_id, start, blocks in zip(self.cached_ids, self.cached_starts, self.cached_blocks):
-            rows.append((request_id, start, counts[request_id], blocks, "resumed" if request_id in resumed else "cached"))
+        for request_id, start, blocks in zip(
+            self.cached_ids, self.cached_starts, self.cached_blocks, strict=False
+        ):
+            rows.append(
+                (
+                    request_id,
+                    start,
+                    counts[request_id],
+                    blocks,
+                    "resumed" if request_id in resumed else "cached",
+                )
+            )
         return rows
 
 
 def trace_step(scheduler: Any, output: Any, loads: tuple[LoadStart, ...]) -> TraceStep:
     counts = output.num_scheduled_tokens
     new_rows = [
-        (new.req_id, new.num_computed_tokens, counts[new.req_id], tuple(map(tuple, new.block_ids)), "new")
+        (
+            new.req_id,
+            new.num_computed_tokens,
+            counts[new.req_id],
+            tuple(map(tuple, new.block_ids)),
+            "new",
+        )
         for new in output.scheduled_new_reqs
     ]
     cached = output.scheduled_cached_reqs
@@ -424,7 +468,10 @@ def _tables(scheduler: Any, request_id: str) -> tuple[tuple[int, ...], ...]:
 def group_infos(kv_cache_config: Any) -> tuple[GroupInfo, ...]:
     mamba_spec = _resolve("vllm.v1.kv_cache_interface:MambaSpec")
     return tuple(
-        GroupInfo("mamba" if isinstance(g.kv_cache_spec, mamba_spec) else "attention", g.kv_cache_spec.block_size)
+        GroupInfo(
+            "mamba" if isinstance(g.kv_cache_spec, mamba_spec) else "attention",
+            g.kv_cache_spec.block_size,
+        )
         for g in kv_cache_config.kv_cache_groups
     )
 
@@ -468,9 +515,13 @@ class TraceSink:
     Every argument is a copy or immutable, so a sink may keep it and encode it later on another thread.
     """
 
-    on_start: Callable[[tuple[GroupInfo, ...], bool, bool], None]  # groups, defer_block_free, needs_zeroing
+    on_start: Callable[
+        [tuple[GroupInfo, ...], bool, bool], None
+    ]  # groups, defer_block_free, needs_zeroing
     on_step: Callable[[TraceStep], None]
-    on_processed: Callable[[int, frozenset[str], frozenset[str], frozenset[int]], None]  # num tokens, recving ok, failed, invalid
+    on_processed: Callable[
+        [int, frozenset[str], frozenset[str], frozenset[int]], None
+    ]  # num tokens, recving ok, failed, invalid
     on_free: Callable[[FreeRecord], None]
 
 
@@ -513,7 +564,11 @@ def trace_hooks(sink: TraceSink) -> Iterator[None]:
             self._pdcheck_trace_loads = []
             if self.connector is not None:
                 _load_capturing(self.connector, self._pdcheck_trace_loads)
-            sink.on_start(group_infos(self.kv_cache_config), self.defer_block_free, self.needs_kv_cache_zeroing)
+            sink.on_start(
+                group_infos(self.kv_cache_config),
+                self.defer_block_free,
+                self.needs_kv_cache_zeroing,
+            )
 
         return __init__
 
@@ -540,7 +595,12 @@ def trace_hooks(sink: TraceSink) -> Iterator[None]:
             else:
                 failed = frozenset(kv.failed_recving or ())
                 ok = frozenset(kv.finished_recving or ()) - failed
-                sink.on_processed(scheduler_output.total_num_scheduled_tokens, ok, failed, frozenset(kv.invalid_block_ids or ()))
+                sink.on_processed(
+                    scheduler_output.total_num_scheduled_tokens,
+                    ok,
+                    failed,
+                    frozenset(kv.invalid_block_ids or ()),
+                )
             return orig(self, scheduler_output, model_runner_output)
 
         return wrapped
@@ -550,7 +610,9 @@ def trace_hooks(sink: TraceSink) -> Iterator[None]:
         def wrapped(self: Any, request: Any) -> Any:
             can_free = getattr(self, "_request_blocks_can_be_freed", None)
             deferred = bool(can_free is not None and not can_free(request))
-            sink.on_free(FreeRecord(request.request_id, deferred, getattr(self, "sched_step_seq", 0)))
+            sink.on_free(
+                FreeRecord(request.request_id, deferred, getattr(self, "sched_step_seq", 0))
+            )
             return orig(self, request)
 
         return wrapped
@@ -597,7 +659,9 @@ class SchedulerSpec:
     """The scheduler to build: cache layout, sizes, queue depth and connector policy."""
 
     layout: str = "attention"  # "attention" | "hybrid"
-    mamba_mode: str = "align"  # hybrid only: "align" (prefix caching on) | "none" (prefix caching off)
+    mamba_mode: str = (
+        "align"  # hybrid only: "align" (prefix caching on) | "none" (prefix caching off)
+    )
     num_mamba_groups: int = 1
     mamba_first: bool = True  # the real order for Granite-4.0-H and Qwen3.5
     zeroing: bool = False  # attention layout: mixed-precision cache, so new blocks are zeroed
@@ -614,17 +678,42 @@ class SchedulerSpec:
 
 
 _LLAMA = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 2,
-    "vocab_size": 2048, "max_position_embeddings": 4096, "eos_token_id": 0, "dtype": "float32",
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "num_hidden_layers": 2,
+    "vocab_size": 2048,
+    "max_position_embeddings": 4096,
+    "eos_token_id": 0,
+    "dtype": "float32",
 }
 _GRANITE_HYBRID = {
-    "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "hidden_size": 256,
-    "intermediate_size": 512, "shared_intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "num_hidden_layers": 4, "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
-    "mamba_chunk_size": 256, "mamba_d_conv": 4, "mamba_d_head": 64, "mamba_d_state": 64, "mamba_expand": 2,
-    "mamba_n_groups": 1, "mamba_n_heads": 8, "num_local_experts": 0, "num_experts_per_tok": 0,
-    "position_embedding_type": "nope", "vocab_size": 2048, "max_position_embeddings": 4096, "eos_token_id": 0,
+    "architectures": ["GraniteMoeHybridForCausalLM"],
+    "model_type": "granitemoehybrid",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "shared_intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 4,
+    "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    "mamba_chunk_size": 256,
+    "mamba_d_conv": 4,
+    "mamba_d_head": 64,
+    "mamba_d_state": 64,
+    "mamba_expand": 2,
+    "mamba_n_groups": 1,
+    "mamba_n_heads": 8,
+    "num_local_experts": 0,
+    "num_experts_per_tok": 0,
+    "position_embedding_type": "nope",
+    "vocab_size": 2048,
+    "max_position_embeddings": 4096,
+    "eos_token_id": 0,
     "dtype": "float32",
 }
 
@@ -639,9 +728,21 @@ def _model_dir(layout: str) -> str:
 
 
 def _vllm_config(spec: SchedulerSpec) -> Any:
-    from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import (
+        CacheConfig,
+        KVTransferConfig,
+        ModelConfig,
+        ParallelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
 
-    model = ModelConfig(model=_model_dir(spec.layout), skip_tokenizer_init=True, max_model_len=spec.max_model_len, dtype="float32")
+    model = ModelConfig(
+        model=_model_dir(spec.layout),
+        skip_tokenizer_init=True,
+        max_model_len=spec.max_model_len,
+        dtype="float32",
+    )
     cache = CacheConfig(block_size=spec.block_size, enable_prefix_caching=spec.prefix_caching)
     sched = SchedulerConfig(
         max_num_seqs=spec.max_num_seqs,
@@ -658,7 +759,10 @@ def _vllm_config(spec: SchedulerSpec) -> Any:
         kv_connector_extra_config={"load_all_prompt_tokens": spec.load_all_prompt_tokens},
     )
     config = VllmConfig(
-        model_config=model, cache_config=cache, scheduler_config=sched, kv_transfer_config=transfer,
+        model_config=model,
+        cache_config=cache,
+        scheduler_config=sched,
+        kv_transfer_config=transfer,
         parallel_config=ParallelConfig(),
     )
     # The CPU platform turns async scheduling off while VllmConfig is built; a server with a
@@ -673,9 +777,19 @@ def _vllm_config(spec: SchedulerSpec) -> Any:
 
 def _kv_cache_config(spec: SchedulerSpec, config: Any) -> Any:
     import torch
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        MambaSpec,
+    )
 
-    attention = KVCacheGroupSpec(["model.layers.1.self_attn.attn"], FullAttentionSpec(block_size=spec.block_size, num_kv_heads=2, head_size=64, dtype=torch.float32))
+    attention = KVCacheGroupSpec(
+        ["model.layers.1.self_attn.attn"],
+        FullAttentionSpec(
+            block_size=spec.block_size, num_kv_heads=2, head_size=64, dtype=torch.float32
+        ),
+    )
     groups = [attention]
     if spec.layout == "hybrid":
         mode = config.cache_config.mamba_cache_mode
@@ -683,7 +797,12 @@ def _kv_cache_config(spec: SchedulerSpec, config: Any) -> Any:
         mambas = [
             KVCacheGroupSpec(
                 [f"model.layers.{2 * i}.mixer"],
-                MambaSpec(block_size=mamba_bs, shapes=((3, 64), (8, 64, 64)), dtypes=(torch.float32, torch.float32), mamba_cache_mode=mode),
+                MambaSpec(
+                    block_size=mamba_bs,
+                    shapes=((3, 64), (8, 64, 64)),
+                    dtypes=(torch.float32, torch.float32),
+                    mamba_cache_mode=mode,
+                ),
             )
             for i in range(spec.num_mamba_groups)
         ]
@@ -699,12 +818,20 @@ def _zeroing_kv_cache_config_cls() -> type:
     """A KVCacheConfig that asks for zeroing, as a mixed-precision cache does."""
     from vllm.v1.kv_cache_interface import KVCacheConfig
 
-    return type("ZeroingKVCacheConfig", (KVCacheConfig,), {"needs_kv_cache_zeroing": property(lambda self: True)})
+    return type(
+        "ZeroingKVCacheConfig",
+        (KVCacheConfig,),
+        {"needs_kv_cache_zeroing": property(lambda self: True)},
+    )
 
 
 @functools.cache
 def _sim_connector_cls() -> type:
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorMetadata, SupportsHMA
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+        SupportsHMA,
+    )
 
     class PdcheckSimConsumerConnector(KVConnectorBase_V1, SupportsHMA):
         """A PD consumer: remote requests load their prompt (N-1 tokens for hybrids) asynchronously."""
@@ -714,18 +841,26 @@ def _sim_connector_cls() -> type:
             self.remote: set[str] = set()
             # The N-1 rule (NIXL's _prefill_backoff): a hybrid decoder loads h(N-1) and computes token N-1.
             hybrid = any(i.kind == "mamba" for i in group_infos(kv_cache_config))
-            load_all = vllm_config.kv_transfer_config.kv_connector_extra_config.get("load_all_prompt_tokens", False)
+            load_all = vllm_config.kv_transfer_config.kv_connector_extra_config.get(
+                "load_all_prompt_tokens", False
+            )
             self.backoff = 1 if hybrid and not load_all else 0
 
-        def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+        def get_num_new_matched_tokens(
+            self, request: Any, num_computed_tokens: int
+        ) -> tuple[int, bool]:
             if request.request_id not in self.remote:
                 return 0, False
             num = request.num_prompt_tokens - self.backoff - num_computed_tokens
             return (num, True) if num > 0 else (0, False)
 
-        def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        def update_state_after_alloc(
+            self, request: Any, blocks: Any, num_external_tokens: int
+        ) -> None:
             if num_external_tokens > 0:
-                self.remote.discard(request.request_id)  # one load per request, as a prefiller sends once
+                self.remote.discard(
+                    request.request_id
+                )  # one load per request, as a prefiller sends once
 
         def get_loaded_kv_cache_group_ids(self, request: Any) -> tuple[int, ...]:
             return self._kv_cache_config.transfer_group_ids
@@ -742,7 +877,9 @@ def _sim_connector_cls() -> type:
         # Worker-side methods: the simulated executor never calls them.
         def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None: ...
         def wait_for_layer_load(self, layer_name: str) -> None: ...
-        def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None: ...
+        def save_kv_layer(
+            self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any
+        ) -> None: ...
         def wait_for_save(self) -> None: ...
 
     return PdcheckSimConsumerConnector
@@ -767,7 +904,11 @@ class SimScheduler:
         check_internals()
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
-        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash, resolve_kv_cache_block_sizes
+        from vllm.v1.core.kv_cache_utils import (
+            get_request_block_hasher,
+            init_none_hash,
+            resolve_kv_cache_block_sizes,
+        )
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
         from vllm.v1.request import Request, RequestStatus
         from vllm.v1.structured_output import StructuredOutputManager
@@ -806,7 +947,15 @@ class SimScheduler:
     def scheduler_class(self) -> str:
         return type(self._scheduler).__name__
 
-    def add_request(self, request_id: str, prompt: list[int], *, max_tokens: int, eos_token_id: int, remote: bool) -> None:
+    def add_request(
+        self,
+        request_id: str,
+        prompt: list[int],
+        *,
+        max_tokens: int,
+        eos_token_id: int,
+        remote: bool,
+    ) -> None:
         params = self._SamplingParams(max_tokens=max_tokens, temperature=0.0)
         params.update_from_generation_config({}, eos_token_id=eos_token_id)
         request = self._Request(request_id, prompt, params, None, block_hasher=self._hasher)
@@ -861,7 +1010,11 @@ class SimScheduler:
     def is_live(self, request_id: str, incarnation: int) -> bool:
         """True while the request is unfinished and not preempted since the step that saw ``incarnation``."""
         request = self._scheduler.requests.get(request_id)
-        return request is not None and not request.is_finished() and request.num_preemptions == incarnation
+        return (
+            request is not None
+            and not request.is_finished()
+            and request.num_preemptions == incarnation
+        )
 
     def is_loading(self, request_id: str) -> bool:
         request = self._scheduler.requests.get(request_id)

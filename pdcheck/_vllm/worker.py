@@ -50,7 +50,13 @@ _CONNECTOR_BASE_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.base"
 _KV_CACHE_INTERFACE_MODULE = "vllm.v1.kv_cache_interface"
 # Instance attributes of NixlBaseConnectorWorker the hook reads (set in __init__ or
 # register_kv_caches, so checked in the class source rather than on the class).
-_WORKER_ATTRS = ("_recving_metadata", "device_kv_caches", "kv_cache_config", "_group_spec_types", "tp_rank")
+_WORKER_ATTRS = (
+    "_recving_metadata",
+    "device_kv_caches",
+    "kv_cache_config",
+    "_group_spec_types",
+    "tp_rank",
+)
 # Methods the hook wraps, with the parameters vLLM calls them with.
 _WORKER_METHODS = {"get_transfer_results": ["self"], "register_kv_caches": ["self", "kv_caches"]}
 _WRAPPED_MARK = "_pdcheck_wrapped"
@@ -92,9 +98,18 @@ def check_worker_names() -> None:
             source = inspect.getsource(worker_cls)
         except (OSError, TypeError):
             source = ""
-        missing += [f"NixlBaseConnectorWorker.{a}" for a in _WORKER_ATTRS if f"self.{a}" not in source]
-    _fields(_NIXL_METADATA_MODULE, "ReqMeta", ("local_block_ids", "local_physical_block_ids"), missing)
-    _fields(_CONNECTOR_BASE_MODULE, "KVConnectorTransferResults", ("finished_recving", "failed_recving"), missing)
+        missing += [
+            f"NixlBaseConnectorWorker.{a}" for a in _WORKER_ATTRS if f"self.{a}" not in source
+        ]
+    _fields(
+        _NIXL_METADATA_MODULE, "ReqMeta", ("local_block_ids", "local_physical_block_ids"), missing
+    )
+    _fields(
+        _CONNECTOR_BASE_MODULE,
+        "KVConnectorTransferResults",
+        ("finished_recving", "failed_recving"),
+        missing,
+    )
     _fields(_KV_CACHE_INTERFACE_MODULE, "KVCacheGroupSpec", ("layer_names",), missing)
     config_cls = _attr(_KV_CACHE_INTERFACE_MODULE, "KVCacheConfig", missing)
     if config_cls is not None and not hasattr(config_cls, "transfer_groups"):
@@ -105,8 +120,11 @@ def check_worker_names() -> None:
         raise VllmIncompatible(vllm_version(), list(dict.fromkeys(missing)))
 
 
-def install_receive_hook(on_loaded: Callable[[list[LoadedRequest]], None], *,
-                         on_kv_caches_registered: Callable[[int], None]) -> None:
+def install_receive_hook(
+    on_loaded: Callable[[list[LoadedRequest]], None],
+    *,
+    on_kv_caches_registered: Callable[[int], None],
+) -> None:
     """Call `on_loaded` with every receive that just finished, in the worker, before any forward reads it.
 
     Wraps `NixlBaseConnectorWorker.get_transfer_results` at class level, so it must run before
@@ -135,7 +153,13 @@ def install_receive_hook(on_loaded: Callable[[list[LoadedRequest]], None], *,
         results = original(self)
         loaded = results.finished_recving - results.failed_recving
         if loaded:
-            on_loaded([_loaded_request(self, rid, pending[rid]) for rid in sorted(loaded) if rid in pending])
+            on_loaded(
+                [
+                    _loaded_request(self, rid, pending[rid])
+                    for rid in sorted(loaded)
+                    if rid in pending
+                ]
+            )
         return results
 
     setattr(get_transfer_results, _WRAPPED_MARK, True)
@@ -156,8 +180,12 @@ def _loaded_request(worker: Any, request_id: str, meta: Any) -> LoadedRequest:
         else:  # neither attention nor a state: nothing we know how to corrupt
             continue
         # Layers that share another layer's cache have no registered tensor of their own.
-        tensors = tuple(worker.device_kv_caches[n] for n in group.layer_names if n in worker.device_kv_caches)
-        groups.append(LoadedGroup(group_index=g, is_state=is_state, block_ids=tuple(ids), tensors=tensors))
+        tensors = tuple(
+            worker.device_kv_caches[n] for n in group.layer_names if n in worker.device_kv_caches
+        )
+        groups.append(
+            LoadedGroup(group_index=g, is_state=is_state, block_ids=tuple(ids), tensors=tensors)
+        )
     return LoadedRequest(request_id=request_id, tp_rank=int(worker.tp_rank), groups=tuple(groups))
 
 

@@ -59,7 +59,11 @@ def to_dict(obj: Any) -> dict[str, Any]:
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Rebuild `cls` from `to_dict` output; unknown keys are ignored so older readers keep working."""
     hints = typing.get_type_hints(cls)
-    kwargs = {f.name: _decode(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data}
+    kwargs = {
+        f.name: _decode(hints[f.name], data[f.name])
+        for f in dataclasses.fields(cls)
+        if f.name in data
+    }
     return cls(**kwargs)
 
 

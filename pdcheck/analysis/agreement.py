@@ -17,6 +17,7 @@ The SUSPECT signal compares corruption-grade counts against a control run (see
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -79,7 +80,9 @@ def _sequence(record: QuestionRecord) -> tuple[Sequence, str]:
     return record.completion or "", "chars"
 
 
-def first_divergence(baseline: QuestionRecord, pd: QuestionRecord, *, tie_epsilon_nats: float) -> Divergence | None:
+def first_divergence(
+    baseline: QuestionRecord, pd: QuestionRecord, *, tie_epsilon_nats: float
+) -> Divergence | None:
     """The first position where PD's completion differs from the baseline's, graded; None if identical."""
     base_seq, base_unit = _sequence(baseline)
     pd_seq, pd_unit = _sequence(pd)
@@ -91,7 +94,11 @@ def first_divergence(baseline: QuestionRecord, pd: QuestionRecord, *, tie_epsilo
     common = min(len(base_seq), len(pd_seq))
     position = next((i for i in range(common) if base_seq[i] != pd_seq[i]), common)
     margin = None
-    if base_unit == "tokens" and baseline.logprobs is not None and position < len(baseline.logprobs):
+    if (
+        base_unit == "tokens"
+        and baseline.logprobs is not None
+        and position < len(baseline.logprobs)
+    ):
         margin = baseline.logprobs[position].top2_margin
     if margin is None:
         grade = UNCLASSIFIED
@@ -104,7 +111,7 @@ def first_divergence(baseline: QuestionRecord, pd: QuestionRecord, *, tie_epsilo
 
 def _histogram(positions: list[int]) -> dict[str, int]:
     edges = list(POSITION_BUCKETS)
-    labels = [f"{lo}-{hi - 1}" for lo, hi in zip(edges, edges[1:])] + [f"{edges[-1]}+"]
+    labels = [f"{lo}-{hi - 1}" for lo, hi in itertools.pairwise(edges)] + [f"{edges[-1]}+"]
     counts = dict.fromkeys(labels, 0)
     for pos in positions:
         slot = int(np.searchsorted(edges, pos, side="right")) - 1
@@ -117,7 +124,9 @@ def measure_agreement(
 ) -> Agreement:
     """Agreement over (baseline, PD) pairs of records that both succeeded, already paired by index."""
     divergences = [
-        d for b, p in pairs if (d := first_divergence(b, p, tie_epsilon_nats=tie_epsilon_nats)) is not None
+        d
+        for b, p in pairs
+        if (d := first_divergence(b, p, tie_epsilon_nats=tie_epsilon_nats)) is not None
     ]
     units = {_sequence(b)[1] for b, _ in pairs} | {_sequence(p)[1] for _, p in pairs}
     positions = [d.position for d in divergences]

@@ -82,7 +82,8 @@ class ArmObservation(Serializable):
 
     def describe(self) -> str:
         per = ", ".join(
-            f"c{c}: {v.value} ({self.delta_pts.get(c, float('nan')):+.1f} pts)" for c, v in sorted(self.verdicts.items())
+            f"c{c}: {v.value} ({self.delta_pts.get(c, float('nan')):+.1f} pts)"
+            for c, v in sorted(self.verdicts.items())
         )
         return f"{self.cell} [{per}]"
 
@@ -97,7 +98,9 @@ class Attribution(Serializable):
     evidence: tuple[str, ...]
 
 
-def _counterpart(arm: ArmObservation, peers: Sequence[ArmObservation], **changes) -> ArmObservation | None:
+def _counterpart(
+    arm: ArmObservation, peers: Sequence[ArmObservation], **changes
+) -> ArmObservation | None:
     want = {
         "async_scheduling": arm.async_scheduling,
         "disabled_fixes": tuple(sorted(arm.disabled_fixes)),
@@ -143,16 +146,25 @@ def _fix_rule(fix: str, *, hybrid_only: bool) -> Rule:
 
     def evidence(arm, peers):
         other = _counterpart(arm, peers, disabled_fixes=_without(arm, fix))
-        lines = (f"flagged with the {fix} fix off: {arm.describe()}", f"recovers with it on: {other.describe()}")
+        lines = (
+            f"flagged with the {fix} fix off: {arm.describe()}",
+            f"recovers with it on: {other.describe()}",
+        )
         if fix == "zeroing":
-            lines += (f"{arm.model} is hybrid: the zeroing race hits attention layers only, the GDN/Mamba state survives",)
+            lines += (
+                f"{arm.model} is hybrid: the zeroing race hits attention layers only, the GDN/Mamba state survives",
+            )
         return lines
 
     return Rule(name=f"{fix}-fix", race=lambda arm: fix, holds=holds, evidence=evidence)
 
 
 def _both_fixes_holds(arm, peers):
-    if arm.inject is not None or set(arm.disabled_fixes) != {"block-reuse", "zeroing"} or not arm.flagged:
+    if (
+        arm.inject is not None
+        or set(arm.disabled_fixes) != {"block-reuse", "zeroing"}
+        or not arm.flagged
+    ):
         return False
     fixed = _counterpart(arm, peers, disabled_fixes=())
     single = [_counterpart(arm, peers, disabled_fixes=(f,)) for f in ("block-reuse", "zeroing")]
@@ -172,7 +184,9 @@ RULES: tuple[Rule, ...] = (
         name="injected",
         race=lambda arm: f"injected:{arm.inject.partition(':')[0]}",
         holds=lambda arm, peers: arm.inject is not None and arm.flagged,
-        evidence=lambda arm, peers: (f"fault {arm.inject} injected on the decoder and flagged: {arm.describe()}",),
+        evidence=lambda arm, peers: (
+            f"fault {arm.inject} injected on the decoder and flagged: {arm.describe()}",
+        ),
     ),
     _fix_rule("block-reuse", hybrid_only=False),
     _fix_rule("zeroing", hybrid_only=True),
@@ -216,15 +230,28 @@ def _harness_attributions(findings_by_family: Mapping[str, int]) -> list[Attribu
     out = []
     for family, count in sorted(findings_by_family.items()):
         if family not in HARNESS_FAMILIES:
-            raise ValueError(f"unknown race-harness finding family {family!r}; known: {', '.join(HARNESS_FAMILIES)}")
+            raise ValueError(
+                f"unknown race-harness finding family {family!r}; known: {', '.join(HARNESS_FAMILIES)}"
+            )
         if count > 0:
-            evidence = (f"the in-process race harness found {count} × {family} with vLLM's real scheduler",)
-            out.append(Attribution(race=HARNESS_FAMILIES[family], rule="harness", cell="race-harness", evidence=evidence))
+            evidence = (
+                f"the in-process race harness found {count} × {family} with vLLM's real scheduler",
+            )
+            out.append(
+                Attribution(
+                    race=HARNESS_FAMILIES[family],
+                    rule="harness",
+                    cell="race-harness",
+                    evidence=evidence,
+                )
+            )
     return out
 
 
 def attribute(
-    observations: Iterable[ArmObservation], *, race_findings_by_family: Mapping[str, int] | None = None
+    observations: Iterable[ArmObservation],
+    *,
+    race_findings_by_family: Mapping[str, int] | None = None,
 ) -> list[Attribution]:
     """Every rule that holds for every arm, in rule order, plus the race harness's findings.
 
@@ -239,7 +266,12 @@ def attribute(
     for arm in arms:
         peers = groups[(arm.model, arm.topology)]
         out.extend(
-            Attribution(race=rule.race(arm), rule=rule.name, cell=arm.cell, evidence=rule.evidence(arm, peers))
+            Attribution(
+                race=rule.race(arm),
+                rule=rule.name,
+                cell=arm.cell,
+                evidence=rule.evidence(arm, peers),
+            )
             for rule in RULES
             if rule.holds(arm, peers)
         )

@@ -24,7 +24,9 @@ _QUESTION_SUFFIX = re.compile(r"-q(\d+)$")
 _EXAMPLES = 20
 
 
-def injected_indices(injections: Iterable[Mapping[str, Any] | str], *, run_tag: str | None = None) -> set[int]:
+def injected_indices(
+    injections: Iterable[Mapping[str, Any] | str], *, run_tag: str | None = None
+) -> set[int]:
     """Question indices named by injection-log entries (dicts with `x_request_id`, or the ids).
 
     With `run_tag`, only ids of that run (`<run_tag>-q…`) count: one log may cover several runs.
@@ -38,7 +40,9 @@ def injected_indices(injections: Iterable[Mapping[str, Any] | str], *, run_tag: 
             continue
         m = _QUESTION_SUFFIX.search(rid)
         if m is None:
-            raise ValueError(f"x_request_id {rid!r} does not end in -q<index>; ids must be '<run_tag>-q<index:05d>'")
+            raise ValueError(
+                f"x_request_id {rid!r} does not end in -q<index>; ids must be '<run_tag>-q<index:05d>'"
+            )
         out.add(int(m.group(1)))
     return out
 

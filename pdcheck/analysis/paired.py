@@ -29,7 +29,14 @@ from pdcheck.analysis.stats import fisher_greater_p, mcnemar_worse_p, tango_inte
 from pdcheck.errors import ConfigError
 from pdcheck.evals.records import QuestionRecord
 
-__all__ = ["Compatibility", "ControlTest", "Jitter", "PairedComparison", "SideStats", "compare_paired"]
+__all__ = [
+    "Compatibility",
+    "ControlTest",
+    "Jitter",
+    "PairedComparison",
+    "SideStats",
+    "compare_paired",
+]
 
 Records = Sequence[QuestionRecord]
 
@@ -143,12 +150,16 @@ def _by_index(records: Records, side: str) -> dict[int, QuestionRecord]:
     out: dict[int, QuestionRecord] = {}
     for r in records:
         if r.index in out:
-            raise ConfigError(f"{side} records hold question index {r.index} twice; one record per question is allowed")
+            raise ConfigError(
+                f"{side} records hold question index {r.index} twice; one record per question is allowed"
+            )
         out[r.index] = r
     return out
 
 
-def _paired(baseline: Records, other: Records, other_side: str) -> list[tuple[QuestionRecord, QuestionRecord]]:
+def _paired(
+    baseline: Records, other: Records, other_side: str
+) -> list[tuple[QuestionRecord, QuestionRecord]]:
     base = _by_index(baseline, "baseline")
     oth = _by_index(other, other_side)
     if base.keys() != oth.keys():
@@ -173,7 +184,9 @@ def _side_stats(records: Records) -> SideStats:
     )
 
 
-def _pts_interval(worse: int, better: int, n: int, confidence: float) -> tuple[float | None, float | None, float | None]:
+def _pts_interval(
+    worse: int, better: int, n: int, confidence: float
+) -> tuple[float | None, float | None, float | None]:
     if n == 0:
         return None, None, None
     lo, hi = tango_interval(worse, better, n, confidence=confidence)
@@ -271,13 +284,20 @@ def compare_paired(
         invalid_ci_low_pts=inv_lo,
         invalid_ci_high_pts=inv_hi,
         agreement=agreement,
-        control=_control_test(agreement, baseline_records, control, baseline_repeats, tie_epsilon_nats),
+        control=_control_test(
+            agreement, baseline_records, control, baseline_repeats, tie_epsilon_nats
+        ),
         jitter=Jitter(
-            baseline_runs=tuple(a for r in (baseline_records, *baseline_repeats) if (a := _accuracy(r)) is not None),
+            baseline_runs=tuple(
+                a for r in (baseline_records, *baseline_repeats) if (a := _accuracy(r)) is not None
+            ),
             pd_runs=tuple(a for r in (pd_records, *pd_repeats) if (a := _accuracy(r)) is not None),
         ),
         power=summarize_power(
-            n_pairs=n, discordance=(worse + better) / n if n else 0.0, alpha=alpha, margin_pts=margin_pts
+            n_pairs=n,
+            discordance=(worse + better) / n if n else 0.0,
+            alpha=alpha,
+            margin_pts=margin_pts,
         ),
         compatibility=compat,
     )

@@ -40,13 +40,19 @@ def power_at(drop: float, *, n: int, discordance: float, alpha: float) -> float:
     return float(stats.norm.cdf((drop * math.sqrt(n) - z_alpha * math.sqrt(d)) / spread))
 
 
-def minimum_detectable_effect(*, n: int, discordance: float, alpha: float, power: float = DEFAULT_POWER) -> float:
+def minimum_detectable_effect(
+    *, n: int, discordance: float, alpha: float, power: float = DEFAULT_POWER
+) -> float:
     """The smallest true drop (fraction of questions) detected with `power` at n pairs."""
     if n <= 0:
         return 1.0
     if power_at(1.0, n=n, discordance=discordance, alpha=alpha) < power:
         return 1.0
-    return float(optimize.brentq(lambda x: power_at(x, n=n, discordance=discordance, alpha=alpha) - power, 1e-9, 1.0))
+    return float(
+        optimize.brentq(
+            lambda x: power_at(x, n=n, discordance=discordance, alpha=alpha) - power, 1e-9, 1.0
+        )
+    )
 
 
 def n_needed(drop: float, *, discordance: float, alpha: float, power: float = DEFAULT_POWER) -> int:
@@ -57,7 +63,7 @@ def n_needed(drop: float, *, discordance: float, alpha: float, power: float = DE
     z_alpha = stats.norm.ppf(1 - alpha)
     z_power = stats.norm.ppf(power)
     n = (z_alpha * math.sqrt(d) + z_power * math.sqrt(max(d - drop * drop, 0.0))) ** 2 / drop**2
-    return int(math.ceil(n))
+    return math.ceil(n)
 
 
 @dataclass(frozen=True)
@@ -78,11 +84,20 @@ class Power(Serializable):
 
 
 def summarize_power(
-    *, n_pairs: int, discordance: float, alpha: float, margin_pts: float, power: float = DEFAULT_POWER
+    *,
+    n_pairs: int,
+    discordance: float,
+    alpha: float,
+    margin_pts: float,
+    power: float = DEFAULT_POWER,
 ) -> Power:
     """MDE at the run's n and the n needed for `margin_pts`, from the observed discordance."""
     mde = minimum_detectable_effect(n=n_pairs, discordance=discordance, alpha=alpha, power=power)
-    needed = n_needed(margin_pts / 100, discordance=discordance, alpha=alpha, power=power) if margin_pts > 0 else None
+    needed = (
+        n_needed(margin_pts / 100, discordance=discordance, alpha=alpha, power=power)
+        if margin_pts > 0
+        else None
+    )
     return Power(
         n_pairs=n_pairs,
         discordance=discordance,

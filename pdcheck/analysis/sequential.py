@@ -39,7 +39,11 @@ def log_mixture_ratio(worse, discordant):
     k = np.asarray(worse, dtype=float)
     m = np.asarray(discordant, dtype=float)
     tail = special.betainc(m - k + 1, k + 1, 0.5)
-    return (m + 1) * math.log(2.0) + special.betaln(k + 1, m - k + 1) + np.log(np.maximum(tail, 1e-300))
+    return (
+        (m + 1) * math.log(2.0)
+        + special.betaln(k + 1, m - k + 1)
+        + np.log(np.maximum(tail, 1e-300))
+    )
 
 
 @dataclass(frozen=True)

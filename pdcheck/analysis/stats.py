@@ -57,7 +57,9 @@ def _tango_score(delta: float, worse: int, better: int, n: int) -> float:
     return diff / math.sqrt(var)
 
 
-def tango_interval(worse: int, better: int, n: int, *, confidence: float = 0.95) -> tuple[float, float]:
+def tango_interval(
+    worse: int, better: int, n: int, *, confidence: float = 0.95
+) -> tuple[float, float]:
     """Two-sided Tango score interval for Δ = (better - worse)/n, as fractions in [-1, 1].
 
     The bounds are where the score statistic crosses ±z; it decreases in Δ, so each bound is
@@ -77,7 +79,11 @@ def tango_interval(worse: int, better: int, n: int, *, confidence: float = 0.95)
     def upper_fn(d: float) -> float:
         return _tango_score(d, worse, better, n) + z
 
-    lo = -1.0 if lower_fn(-1.0 + eps) <= 0 else optimize.brentq(lower_fn, -1.0 + eps, est, xtol=1e-10)
+    lo = (
+        -1.0
+        if lower_fn(-1.0 + eps) <= 0
+        else optimize.brentq(lower_fn, -1.0 + eps, est, xtol=1e-10)
+    )
     hi = 1.0 if upper_fn(1.0 - eps) >= 0 else optimize.brentq(upper_fn, est, 1.0 - eps, xtol=1e-10)
     return lo, hi
 

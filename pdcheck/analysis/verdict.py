@@ -102,7 +102,9 @@ def noise_floor_pts(baseline_std: float | None, *, alpha: float) -> float:
 
 
 # Above max_error_rate failed requests on either side, the run measures the servers, not the model.
-def _infra_reason(comparison: PairedComparison, infra_error, kv_transferred_tokens, max_error_rate) -> str | None:
+def _infra_reason(
+    comparison: PairedComparison, infra_error, kv_transferred_tokens, max_error_rate
+) -> str | None:
     if infra_error:
         return f"servers failed: {infra_error}"
     if kv_transferred_tokens == 0:
@@ -125,7 +127,10 @@ def decide(
     """The verdict for one comparison under `policy` (alpha, margin_pts); see the module docstring."""
     c = comparison
     power = summarize_power(
-        n_pairs=c.n_pairs, discordance=c.discordance, alpha=policy.alpha, margin_pts=policy.margin_pts
+        n_pairs=c.n_pairs,
+        discordance=c.discordance,
+        alpha=policy.alpha,
+        margin_pts=policy.margin_pts,
     )
     effective = max(policy.margin_pts, noise_floor_pts(c.jitter.baseline_std, alpha=policy.alpha))
     suspect_p = c.control.p_value if c.control is not None and c.control.judged else None
@@ -154,7 +159,9 @@ def decide(
     if infra is not None:
         return verdict(Verdict.INFRA_ERROR, infra)
     delta = f"Δ {c.delta_pts:+.2f} pts [{c.ci_low_pts:+.2f}, {c.ci_high_pts:+.2f}]"
-    if bool(regression_mask(c.worse, c.better, c.n_pairs, alpha=policy.alpha, margin_pts=effective)):
+    if bool(
+        regression_mask(c.worse, c.better, c.n_pairs, alpha=policy.alpha, margin_pts=effective)
+    ):
         return verdict(
             Verdict.REGRESSION,
             f"PD lost accuracy: {delta}, McNemar p={c.p_value:.2g} < {policy.alpha:g}, "
@@ -173,7 +180,10 @@ def decide(
             f"underpowered: detects drops ≥ {power.mde_pts:.2f} pts at n={c.n_pairs}, margin is "
             f"{policy.margin_pts:g} pts; needs n ≥ {power.n_needed_for_margin}; {delta}",
         )
-    return verdict(Verdict.PASS, f"no drop beyond {effective:.2f} pts: {delta}, p={c.p_value:.2g} (n={c.n_pairs})")
+    return verdict(
+        Verdict.PASS,
+        f"no drop beyond {effective:.2f} pts: {delta}, p={c.p_value:.2g} (n={c.n_pairs})",
+    )
 
 
 class CanaryStatus(enum.StrEnum):

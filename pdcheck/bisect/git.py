@@ -9,10 +9,16 @@ from pathlib import Path
 from pdcheck.errors import BisectError
 
 
-def git(repo: str | Path, *args: str, check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout_s)
+def git(
+    repo: str | Path, *args: str, check: bool = True, timeout_s: float = 120
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout_s
+    )
     if check and proc.returncode != 0:
-        raise BisectError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.strip() or proc.stdout.strip()}")
+        raise BisectError(
+            f"git {' '.join(args)} failed in {repo}: {proc.stderr.strip() or proc.stdout.strip()}"
+        )
     return proc
 
 
@@ -37,7 +43,9 @@ def check_repo(repo: str | Path) -> Path:
 def resolve_ref(repo: Path, ref: str, *, flag: str) -> str:
     proc = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
     if proc.returncode != 0:
-        raise BisectError(f"{flag} {ref!r} is not a commit in {repo}; give a branch, tag or sha that exists there")
+        raise BisectError(
+            f"{flag} {ref!r} is not a commit in {repo}; give a branch, tag or sha that exists there"
+        )
     return proc.stdout.strip()
 
 
@@ -45,7 +53,9 @@ def check_ancestry(repo: Path, good: str, bad: str) -> None:
     if good == bad:
         raise BisectError("--good and --bad name the same commit; nothing to bisect")
     if git(repo, "merge-base", "--is-ancestor", good, bad, check=False).returncode != 0:
-        raise BisectError(f"--good {good[:12]} is not an ancestor of --bad {bad[:12]}; bisect needs good before bad")
+        raise BisectError(
+            f"--good {good[:12]} is not an ancestor of --bad {bad[:12]}; bisect needs good before bad"
+        )
 
 
 def check_clean(repo: Path) -> None:

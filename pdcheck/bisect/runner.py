@@ -19,7 +19,9 @@ from pdcheck.bisect.config import POLICIES, BisectConfig
 from pdcheck.errors import BisectError
 
 _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.M)
-_ONLY_SKIPPED = re.compile(r"only 'skip'ped commits left to test.*?could be any of:\n((?:[0-9a-f]{40}\n?)+)", re.S)
+_ONLY_SKIPPED = re.compile(
+    r"only 'skip'ped commits left to test.*?could be any of:\n((?:[0-9a-f]{40}\n?)+)", re.S
+)
 
 
 @dataclass(frozen=True)
@@ -33,12 +35,14 @@ class BisectPlan:
     policy: str
 
     def render(self) -> str:
-        return "\n".join([
-            f"bisect {self.good[:12]}..{self.bad[:12]}: {self.commits} commits, about {self.expected_steps} steps",
-            f"install per commit: {self.install}",
-            f"policy: {self.policy} ({POLICIES[self.policy]})",
-            f"step command (run by git bisect run in the worktree): {shlex.join(self.step_command)}",
-        ])
+        return "\n".join(
+            [
+                f"bisect {self.good[:12]}..{self.bad[:12]}: {self.commits} commits, about {self.expected_steps} steps",
+                f"install per commit: {self.install}",
+                f"policy: {self.policy} ({POLICIES[self.policy]})",
+                f"step command (run by git bisect run in the worktree): {shlex.join(self.step_command)}",
+            ]
+        )
 
 
 @dataclass(frozen=True)
@@ -63,15 +67,27 @@ class BisectResult:
         lines = ["## pdcheck bisect", ""]
         if self.first_bad:
             c = self.first_bad
-            lines += [f"First bad commit: **{c.sha[:12]}** {c.subject}", "", f"Author: {c.author}, {c.author_date}", ""]
+            lines += [
+                f"First bad commit: **{c.sha[:12]}** {c.subject}",
+                "",
+                f"Author: {c.author}, {c.author_date}",
+                "",
+            ]
         elif self.candidates:
             lines += ["Only skipped commits were left; the first bad commit is one of:", ""]
             lines += [f"- {sha[:12]}" for sha in self.candidates] + [""]
         else:
             lines += ["No first bad commit was found.", ""]
-        lines += [f"Policy: {self.policy}. Steps:", "", "| commit | outcome | reason | cached |", "| --- | --- | --- | --- |"]
+        lines += [
+            f"Policy: {self.policy}. Steps:",
+            "",
+            "| commit | outcome | reason | cached |",
+            "| --- | --- | --- | --- |",
+        ]
         for s in self.steps:
-            lines.append(f"| {s['sha'][:12]} | {s['outcome']} | {s['reason']} | {'yes' if s.get('cached') else 'no'} |")
+            lines.append(
+                f"| {s['sha'][:12]} | {s['outcome']} | {s['reason']} | {'yes' if s.get('cached') else 'no'} |"
+            )
         return "\n".join(lines) + "\n"
 
 
@@ -88,8 +104,15 @@ def validate(cfg: BisectConfig) -> tuple[Path, str, str]:
 def plan_bisect(cfg: BisectConfig) -> BisectPlan:
     repo, good, bad = validate(cfg)
     n = g.count_commits(repo, good, bad)
-    return BisectPlan(good, bad, n, max(1, math.ceil(math.log2(n + 1))),
-                      cfg.step_argv(Path(cfg.out_dir) / "bisect-config.json"), cfg.install, cfg.policy)
+    return BisectPlan(
+        good,
+        bad,
+        n,
+        max(1, math.ceil(math.log2(n + 1))),
+        cfg.step_argv(Path(cfg.out_dir) / "bisect-config.json"),
+        cfg.install,
+        cfg.policy,
+    )
 
 
 def run_bisect(cfg: BisectConfig) -> BisectResult:
@@ -105,8 +128,11 @@ def run_bisect(cfg: BisectConfig) -> BisectResult:
     g.git(repo, "worktree", "add", "--detach", str(worktree), bad)
     try:
         g.git(worktree, "bisect", "start", bad, good)
-        proc = subprocess.run(["git", "-C", str(worktree), "bisect", "run", *cfg.step_argv(config_path)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["git", "-C", str(worktree), "bisect", "run", *cfg.step_argv(config_path)],
+            capture_output=True,
+            text=True,
+        )
         (out / "bisect-run.out").write_text(proc.stdout + proc.stderr)
         log = g.git(worktree, "bisect", "log", check=False).stdout
         (out / "bisect.log").write_text(log)
@@ -114,11 +140,17 @@ def run_bisect(cfg: BisectConfig) -> BisectResult:
         g.git(worktree, "bisect", "reset", check=False)
         g.git(repo, "worktree", "remove", "--force", str(worktree), check=False)
     text = proc.stdout + proc.stderr
-    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()] if (out / "steps.jsonl").exists() else []
+    steps = (
+        [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+        if (out / "steps.jsonl").exists()
+        else []
+    )
     first = _FIRST_BAD.search(text)
     skipped = _ONLY_SKIPPED.search(text)
     if first is None and skipped is None and proc.returncode != 0:
-        raise BisectError(f"git bisect run failed (exit {proc.returncode}); see {out / 'bisect-run.out'}")
+        raise BisectError(
+            f"git bisect run failed (exit {proc.returncode}); see {out / 'bisect-run.out'}"
+        )
     result = BisectResult(
         first_bad=g.commit_info(repo, first.group(1)) if first else None,
         candidates=tuple(skipped.group(1).split()) if skipped else (),

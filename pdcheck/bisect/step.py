@@ -55,7 +55,10 @@ def decide_outcome(exit_codes: list[int], policy: str) -> tuple[str, str]:
         return BAD, f"{bad}/{k} runs bad (policy majority)"
     if good * 2 > k:
         return GOOD, f"{good}/{k} runs good (policy majority)"
-    return SKIP, f"no majority: {good} good, {bad} bad, {k - good - bad} infra of {k} (policy majority)"
+    return (
+        SKIP,
+        f"no majority: {good} good, {bad} bad, {k - good - bad} infra of {k} (policy majority)",
+    )
 
 
 def build_overlay(worktree: Path, sha: str, installed_vllm: Path, dest: Path) -> Path:
@@ -70,10 +73,15 @@ def build_overlay(worktree: Path, sha: str, installed_vllm: Path, dest: Path) ->
     dest.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="overlay-", dir=dest))
     with tempfile.TemporaryFile() as archive:
-        proc = subprocess.run(["git", "-C", str(worktree), "archive", "--format=tar", sha, "vllm"],
-                              stdout=archive, stderr=subprocess.PIPE)
+        proc = subprocess.run(
+            ["git", "-C", str(worktree), "archive", "--format=tar", sha, "vllm"],
+            stdout=archive,
+            stderr=subprocess.PIPE,
+        )
         if proc.returncode != 0:
-            raise RuntimeError(f"git archive {sha[:12]} vllm failed: {proc.stderr.decode().strip()}")
+            raise RuntimeError(
+                f"git archive {sha[:12]} vllm failed: {proc.stderr.decode().strip()}"
+            )
         archive.seek(0)
         with tarfile.open(fileobj=archive) as tar:
             tar.extractall(tmp, filter="data")
@@ -101,10 +109,27 @@ def _explain_infra(log_text: str) -> str | None:
 
 def _predicate_argv(cfg: BisectConfig, run_dir: Path) -> list[str]:
     if cfg.predicate == "race":
-        return [cfg.python, "-m", "pdcheck", "race", *cfg.args, "--json", str(run_dir / "race.json")]
+        return [
+            cfg.python,
+            "-m",
+            "pdcheck",
+            "race",
+            *cfg.args,
+            "--json",
+            str(run_dir / "race.json"),
+        ]
     if cfg.predicate == "sweep":
-        return [cfg.python, "-m", "pdcheck", "sweep", str(cfg.sweep_file), "--only", str(cfg.cell),
-                "--out", str(run_dir / "results")]
+        return [
+            cfg.python,
+            "-m",
+            "pdcheck",
+            "sweep",
+            str(cfg.sweep_file),
+            "--only",
+            str(cfg.cell),
+            "--out",
+            str(run_dir / "results"),
+        ]
     return list(cfg.args)
 
 
@@ -115,21 +140,32 @@ def run_step(cfg: BisectConfig) -> StepResult:
     cache_file = Path(cfg.cache_dir) / cfg.predicate_key() / f"{sha}.json"
     if cache_file.exists():
         data = json.loads(cache_file.read_text())
-        return StepResult(**{**data, "run_exit_codes": tuple(data["run_exit_codes"]), "cached": True})
+        return StepResult(
+            **{**data, "run_exit_codes": tuple(data["run_exit_codes"]), "cached": True}
+        )
 
     out = Path(cfg.out_dir)
     env = dict(os.environ, PDCHECK_BISECT_WORKTREE=str(worktree), PDCHECK_BISECT_COMMIT=sha)
     skip_reason = None
     if cfg.install == "overlay":
         try:
-            overlay = build_overlay(worktree, sha, Path(str(cfg.installed_vllm_path)), out / "overlays")
-            env["PYTHONPATH"] = str(overlay) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            overlay = build_overlay(
+                worktree, sha, Path(str(cfg.installed_vllm_path)), out / "overlays"
+            )
+            env["PYTHONPATH"] = str(overlay) + (
+                os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+            )
         except (RuntimeError, OSError) as exc:
             skip_reason = f"could not lay the commit over the installed vLLM: {exc}"
     elif cfg.install in ("pip", "custom"):
         argv = list(cfg.install_cmd) or [cfg.python, "-m", "pip", "install", "-e", str(worktree)]
-        proc = subprocess.run(argv, cwd=worktree, capture_output=True, text=True,
-                              env=dict(env, VLLM_USE_PRECOMPILED="1"))
+        proc = subprocess.run(
+            argv,
+            cwd=worktree,
+            capture_output=True,
+            text=True,
+            env=dict(env, VLLM_USE_PRECOMPILED="1"),
+        )
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
             skip_reason = f"install failed (exit {proc.returncode}): {tail}"
@@ -140,9 +176,13 @@ def run_step(cfg: BisectConfig) -> StepResult:
             run_dir = out / "steps" / sha[:12] / f"r{k}"
             run_dir.mkdir(parents=True, exist_ok=True)
             with open(run_dir / "output.log", "w") as log:
-                proc = subprocess.run(_predicate_argv(cfg, run_dir), cwd=worktree if cfg.predicate == "cmd" else out,
-                                      env=env, stdout=log,
-                                      stderr=subprocess.STDOUT)
+                proc = subprocess.run(
+                    _predicate_argv(cfg, run_dir),
+                    cwd=worktree if cfg.predicate == "cmd" else out,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             codes.append(proc.returncode)
             if proc.returncode not in (0, 1):
                 why = _explain_infra((run_dir / "output.log").read_text(errors="replace"))
@@ -168,12 +208,17 @@ def main(argv: list[str] | None = None) -> int:
     cfg = BisectConfig.model_validate_json(Path(argv[0]).read_text())
     try:
         result = run_step(cfg)
-    except Exception as exc:  # noqa: BLE001 - any failure of the step machinery is a skip, never "bad"
-        result = StepResult(g.head_sha(cfg.worktree), SKIP, f"step failed: {type(exc).__name__}: {exc}", (), 0.0)
+    except Exception as exc:
+        result = StepResult(
+            g.head_sha(cfg.worktree), SKIP, f"step failed: {type(exc).__name__}: {exc}", (), 0.0
+        )
     with open(Path(cfg.out_dir) / "steps.jsonl", "a") as f:
         f.write(json.dumps(result.to_dict()) + "\n")
-    print(f"pdcheck bisect step {result.sha[:12]}: {result.outcome} ({result.reason})"
-          + (" [cached]" if result.cached else ""), flush=True)
+    print(
+        f"pdcheck bisect step {result.sha[:12]}: {result.outcome} ({result.reason})"
+        + (" [cached]" if result.cached else ""),
+        flush=True,
+    )
     return _EXIT[result.outcome]
 
 

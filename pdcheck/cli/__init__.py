@@ -20,19 +20,52 @@ from pdcheck.errors import ExitCode, PdcheckError
 
 # name -> (module:attribute, one-line help). The help is here so `--help` imports nothing heavy.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sweep": ("pdcheck.cli.sweep:sweep", "Run a sweep: PD against its no-PD baseline, cell by cell, with verdicts."),
-    "validate": ("pdcheck.cli.validate:validate", "Check a sweep file and print its cells; starts nothing."),
-    "up": ("pdcheck.cli.serve:up", "Start a baseline and PD topology for a cell and keep it up until Ctrl-C."),
-    "proxy": ("pdcheck.cli.serve:proxy", "Run the PD proxy in front of given prefill and decode servers."),
-    "eval": ("pdcheck.cli.eval:eval_cmd", "Run GSM8K against one OpenAI-compatible URL and save per-question records."),
-    "compare": ("pdcheck.cli.compare:compare", "Compare two record files question by question (baseline vs PD)."),
+    "sweep": (
+        "pdcheck.cli.sweep:sweep",
+        "Run a sweep: PD against its no-PD baseline, cell by cell, with verdicts.",
+    ),
+    "validate": (
+        "pdcheck.cli.validate:validate",
+        "Check a sweep file and print its cells; starts nothing.",
+    ),
+    "up": (
+        "pdcheck.cli.serve:up",
+        "Start a baseline and PD topology for a cell and keep it up until Ctrl-C.",
+    ),
+    "proxy": (
+        "pdcheck.cli.serve:proxy",
+        "Run the PD proxy in front of given prefill and decode servers.",
+    ),
+    "eval": (
+        "pdcheck.cli.eval:eval_cmd",
+        "Run GSM8K against one OpenAI-compatible URL and save per-question records.",
+    ),
+    "compare": (
+        "pdcheck.cli.compare:compare",
+        "Compare two record files question by question (baseline vs PD).",
+    ),
     "report": ("pdcheck.cli.report:report", "Render a results folder as markdown, JSON or JUnit."),
     "merge": ("pdcheck.cli.sweep:merge", "Join sharded result folders into one."),
-    "race": ("pdcheck.cli.race:race", "Drive vLLM's real scheduler in-process and check for KV races."),
-    "trace": ("pdcheck.cli.race:trace", "Check scheduler traces recorded by pdcheck's vLLM plugin."),
-    "bisect": ("pdcheck.cli.bisect:bisect", "Find the vLLM commit that brought a PD race or regression back."),
-    "doctor": ("pdcheck.cli.doctor:doctor", "Report the environment: python, vLLM, nixl, GPUs, memory, race fixes."),
-    "fixtures": ("pdcheck.cli.fixtures:fixtures", "Build the tiny models and data used for CPU runs."),
+    "race": (
+        "pdcheck.cli.race:race",
+        "Drive vLLM's real scheduler in-process and check for KV races.",
+    ),
+    "trace": (
+        "pdcheck.cli.race:trace",
+        "Check scheduler traces recorded by pdcheck's vLLM plugin.",
+    ),
+    "bisect": (
+        "pdcheck.cli.bisect:bisect",
+        "Find the vLLM commit that brought a PD race or regression back.",
+    ),
+    "doctor": (
+        "pdcheck.cli.doctor:doctor",
+        "Report the environment: python, vLLM, nixl, GPUs, memory, race fixes.",
+    ),
+    "fixtures": (
+        "pdcheck.cli.fixtures:fixtures",
+        "Build the tiny models and data used for CPU runs.",
+    ),
 }
 
 

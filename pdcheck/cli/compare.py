@@ -39,100 +39,223 @@ def _tables(c: PairedComparison) -> list[Table]:
         ("pd", c.pd, c.jitter.pd_mean, c.jitter.pd_std),
     ):
         runs = "-" if std is None else f"{100 * mean:.2f} ± {100 * std:.2f}"
-        sides.add_row(name, str(s.n_records), str(s.n_ok), str(s.n_errors), _pct(s.accuracy), _pct(s.invalid_rate), runs)
+        sides.add_row(
+            name,
+            str(s.n_records),
+            str(s.n_ok),
+            str(s.n_errors),
+            _pct(s.accuracy),
+            _pct(s.invalid_rate),
+            runs,
+        )
 
-    paired = Table(title=f"Paired (n={c.n_pairs}, {100 * (1 - c.alpha):g}% Tango CI, one-sided exact McNemar)")
+    paired = Table(
+        title=f"Paired (n={c.n_pairs}, {100 * (1 - c.alpha):g}% Tango CI, one-sided exact McNemar)"
+    )
     for col in ("metric", "Δ pts (PD − baseline)", "CI low", "CI high", "p / counts"):
         paired.add_column(col)
-    paired.add_row("accuracy", _pts(c.delta_pts), _pts(c.ci_low_pts), _pts(c.ci_high_pts),
-                   f"p={c.p_value:.3g} ({c.worse} PD-worse, {c.better} PD-better)")
-    paired.add_row("invalid rate", _pts(c.delta_invalid_pts), _pts(c.invalid_ci_low_pts), _pts(c.invalid_ci_high_pts),
-                   f"{c.invalid_worse} newly invalid, {c.invalid_better} fixed")
-    paired.add_row("power", f"MDE {c.power.mde_pts:.2f}", "", "",
-                   f"n needed for {c.power.margin_pts:g} pts: {c.power.n_needed_for_margin}")
+    paired.add_row(
+        "accuracy",
+        _pts(c.delta_pts),
+        _pts(c.ci_low_pts),
+        _pts(c.ci_high_pts),
+        f"p={c.p_value:.3g} ({c.worse} PD-worse, {c.better} PD-better)",
+    )
+    paired.add_row(
+        "invalid rate",
+        _pts(c.delta_invalid_pts),
+        _pts(c.invalid_ci_low_pts),
+        _pts(c.invalid_ci_high_pts),
+        f"{c.invalid_worse} newly invalid, {c.invalid_better} fixed",
+    )
+    paired.add_row(
+        "power",
+        f"MDE {c.power.mde_pts:.2f}",
+        "",
+        "",
+        f"n needed for {c.power.margin_pts:g} pts: {c.power.n_needed_for_margin}",
+    )
 
     a = c.agreement
-    agree = Table(title=f"Greedy agreement (tie ε = {a.tie_epsilon_nats:g} nats, positions in {a.position_unit})")
-    for col in ("identical", "tie flips", "corruption-grade", "unclassified", "first divergence p50 / p90", "histogram"):
+    agree = Table(
+        title=f"Greedy agreement (tie ε = {a.tie_epsilon_nats:g} nats, positions in {a.position_unit})"
+    )
+    for col in (
+        "identical",
+        "tie flips",
+        "corruption-grade",
+        "unclassified",
+        "first divergence p50 / p90",
+        "histogram",
+    ):
         agree.add_column(col)
     hist = " ".join(f"{k}:{v}" for k, v in a.position_histogram.items() if v)
     positions = " / ".join("-" if p is None else f"{p:g}" for p in (a.position_p50, a.position_p90))
-    agree.add_row(f"{a.n_identical}/{a.n_pairs}", str(a.n_tie), str(a.n_corruption), str(a.n_unclassified),
-                  positions, hist or "-")
+    agree.add_row(
+        f"{a.n_identical}/{a.n_pairs}",
+        str(a.n_tie),
+        str(a.n_corruption),
+        str(a.n_unclassified),
+        positions,
+        hist or "-",
+    )
     if c.control is not None:
         ct = c.control
-        agree.caption = (f"vs {ct.source}: {ct.pd_count}/{ct.pd_pairs} {ct.basis} in PD, "
-                         f"{ct.control_count}/{ct.control_pairs} in control, one-sided Fisher p={ct.p_value:.3g}")
+        agree.caption = (
+            f"vs {ct.source}: {ct.pd_count}/{ct.pd_pairs} {ct.basis} in PD, "
+            f"{ct.control_count}/{ct.control_pairs} in control, one-sided Fisher p={ct.p_value:.3g}"
+        )
     return [sides, paired, agree]
 
 
 @click.command()
 @click.argument("baseline", type=_FILE)
 @click.argument("pd", type=_FILE)
-@click.option("--margin-pts", type=click.FloatRange(0, 100), default=2.0, show_default=True,
-              help="A drop must exceed this many accuracy points (and be significant) to fail.")
-@click.option("--alpha", type=click.FloatRange(0, 0.5, min_open=True, max_open=True), default=0.05, show_default=True,
-              help="Type-I error of the one-sided tests; the CI is 1 - alpha two-sided.")
-@click.option("--tie-epsilon", type=click.FloatRange(0), default=0.05, show_default=True,
-              help="Top-2 logprob margin (nats) below which a first divergence is a near-tie flip.")
-@click.option("--baseline-repeat", "baseline_repeats", type=_FILE, multiple=True,
-              help="Another baseline run of the same questions (jitter; the first is the agreement control).")
-@click.option("--pd-repeat", "pd_repeats", type=_FILE, multiple=True, help="Another PD run (jitter table).")
-@click.option("--control", type=_FILE, help="Agreement control run, e.g. PD with async scheduling off.")
-@click.option("--expected-accuracy", type=click.FloatRange(0, 1),
-              help="Stored accuracy for vLLM's |acc - expected| < rtol check (information only).")
-@click.option("--expected-rtol", type=click.FloatRange(0, 1, min_open=True), default=0.05, show_default=True,
-              help="Tolerance of that check.")
-@click.option("--early-stop", is_flag=True, help="Also report where the sequential test would have stopped.")
-@click.option("--injections", type=_FILE, help="The plugin's injections.jsonl: precision/recall of divergences.")
+@click.option(
+    "--margin-pts",
+    type=click.FloatRange(0, 100),
+    default=2.0,
+    show_default=True,
+    help="A drop must exceed this many accuracy points (and be significant) to fail.",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 0.5, min_open=True, max_open=True),
+    default=0.05,
+    show_default=True,
+    help="Type-I error of the one-sided tests; the CI is 1 - alpha two-sided.",
+)
+@click.option(
+    "--tie-epsilon",
+    type=click.FloatRange(0),
+    default=0.05,
+    show_default=True,
+    help="Top-2 logprob margin (nats) below which a first divergence is a near-tie flip.",
+)
+@click.option(
+    "--baseline-repeat",
+    "baseline_repeats",
+    type=_FILE,
+    multiple=True,
+    help="Another baseline run of the same questions (jitter; the first is the agreement control).",
+)
+@click.option(
+    "--pd-repeat", "pd_repeats", type=_FILE, multiple=True, help="Another PD run (jitter table)."
+)
+@click.option(
+    "--control", type=_FILE, help="Agreement control run, e.g. PD with async scheduling off."
+)
+@click.option(
+    "--expected-accuracy",
+    type=click.FloatRange(0, 1),
+    help="Stored accuracy for vLLM's |acc - expected| < rtol check (information only).",
+)
+@click.option(
+    "--expected-rtol",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.05,
+    show_default=True,
+    help="Tolerance of that check.",
+)
+@click.option(
+    "--early-stop", is_flag=True, help="Also report where the sequential test would have stopped."
+)
+@click.option(
+    "--injections",
+    type=_FILE,
+    help="The plugin's injections.jsonl: precision/recall of divergences.",
+)
 @click.option("--run-tag", help="Only injections of this run tag (X-Request-Id prefix) count.")
-@click.option("--json", "as_json", is_flag=True, help="Print the analysis as JSON instead of tables.")
-def compare(baseline, pd, margin_pts, alpha, tie_epsilon, baseline_repeats, pd_repeats, control,
-            expected_accuracy, expected_rtol, early_stop, injections, run_tag, as_json) -> None:
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the analysis as JSON instead of tables."
+)
+def compare(
+    baseline,
+    pd,
+    margin_pts,
+    alpha,
+    tie_epsilon,
+    baseline_repeats,
+    pd_repeats,
+    control,
+    expected_accuracy,
+    expected_rtol,
+    early_stop,
+    injections,
+    run_tag,
+    as_json,
+) -> None:
     """Compare BASELINE and PD record files question by question and print the verdict.
 
     \b
     Exit: 0 PASS (and INCONCLUSIVE, with a warning), 1 REGRESSION or SUSPECT,
     2 INFRA-ERROR, 3 the files cover different questions.
     """
-    policy = AnalysisPolicy(margin_pts=margin_pts, alpha=alpha, tie_epsilon_nats=tie_epsilon, early_stop=early_stop)
+    policy = AnalysisPolicy(
+        margin_pts=margin_pts, alpha=alpha, tie_epsilon_nats=tie_epsilon, early_stop=early_stop
+    )
     base_records, pd_records = read_records(baseline), read_records(pd)
     comparison = compare_paired(
-        base_records, pd_records, alpha=alpha, tie_epsilon_nats=tie_epsilon, margin_pts=margin_pts,
-        baseline_repeats=[read_records(p) for p in baseline_repeats], pd_repeats=[read_records(p) for p in pd_repeats],
+        base_records,
+        pd_records,
+        alpha=alpha,
+        tie_epsilon_nats=tie_epsilon,
+        margin_pts=margin_pts,
+        baseline_repeats=[read_records(p) for p in baseline_repeats],
+        pd_repeats=[read_records(p) for p in pd_repeats],
         control=read_records(control) if control else None,
-        expected_accuracy=expected_accuracy, expected_rtol=expected_rtol,
+        expected_accuracy=expected_accuracy,
+        expected_rtol=expected_rtol,
     )
     verdict = decide(comparison, policy=policy)
-    stop = replay(base_records, pd_records, alpha=alpha, margin_pts=margin_pts) if early_stop else None
+    stop = (
+        replay(base_records, pd_records, alpha=alpha, margin_pts=margin_pts) if early_stop else None
+    )
     precision = None
     if injections:
         with open(injections, encoding="utf-8") as f:
             log = [json.loads(line) for line in f if line.strip()]
-        precision = injection_precision(log, [d.index for d in comparison.agreement.divergences], run_tag=run_tag,
-                                        questions=[r.index for r in pd_records])
+        precision = injection_precision(
+            log,
+            [d.index for d in comparison.agreement.divergences],
+            run_tag=run_tag,
+            questions=[r.index for r in pd_records],
+        )
     if as_json:
-        click.echo(json.dumps({
-            "comparison": comparison.to_dict(),
-            "verdict": verdict.to_dict(),
-            "early_stop": stop.to_dict() if stop else None,
-            "injection_precision": precision.to_dict() if precision else None,
-        }, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "comparison": comparison.to_dict(),
+                    "verdict": verdict.to_dict(),
+                    "early_stop": stop.to_dict() if stop else None,
+                    "injection_precision": precision.to_dict() if precision else None,
+                },
+                indent=2,
+            )
+        )
     else:
         for table in _tables(comparison):
             console.print(table)
         if comparison.compatibility is not None:
             cp = comparison.compatibility
-            console.print(f"vLLM-style check (information only): |{cp.pd_accuracy:.4f} − {cp.expected_accuracy:.4f}| "
-                          f"< {cp.rtol:g} → {'pass' if cp.passed else 'FAIL'}")
+            console.print(
+                f"vLLM-style check (information only): |{cp.pd_accuracy:.4f} − {cp.expected_accuracy:.4f}| "
+                f"< {cp.rtol:g} → {'pass' if cp.passed else 'FAIL'}"
+            )
         if early_stop:
-            console.print(f"early stop: {stop.reason}" if stop else "early stop: would not have stopped early")
+            console.print(
+                f"early stop: {stop.reason}" if stop else "early stop: would not have stopped early"
+            )
         if precision is not None:
-            console.print(f"injections: {precision.n_true_positive}/{precision.n_injected} injected questions diverged "
-                          f"(recall {_pct(precision.recall)}), precision {_pct(precision.precision)} "
-                          f"of {precision.n_flagged} divergences")
+            console.print(
+                f"injections: {precision.n_true_positive}/{precision.n_injected} injected questions diverged "
+                f"(recall {_pct(precision.recall)}), precision {_pct(precision.precision)} "
+                f"of {precision.n_flagged} divergences"
+            )
         console.print(f"[bold]{verdict.verdict.value}[/bold]: {verdict.reason}")
     if verdict.verdict is Verdict.INCONCLUSIVE:
-        err_console.print(f"warning: INCONCLUSIVE exits 0; the run is too small to show a {margin_pts:g}-point drop "
-                          f"(needs n ≥ {verdict.n_needed})")
+        err_console.print(
+            f"warning: INCONCLUSIVE exits 0; the run is too small to show a {margin_pts:g}-point drop "
+            f"(needs n ≥ {verdict.n_needed})"
+        )
     raise click.exceptions.Exit(int(verdict.verdict.exit_code))

@@ -17,7 +17,12 @@ def _fix(value: bool | None) -> str:
 
 
 @click.command()
-@click.option("--python", "python", default=None, help="Interpreter whose vLLM to inspect (default: this one).")
+@click.option(
+    "--python",
+    "python",
+    default=None,
+    help="Interpreter whose vLLM to inspect (default: this one).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def doctor(python: str | None, as_json: bool) -> None:
     """Report python, pdcheck, vLLM (build, version, commit), nixl, GPUs, memory and race fixes."""
@@ -32,14 +37,24 @@ def doctor(python: str | None, as_json: bool) -> None:
     table.add_row("pdcheck", env["pdcheck_version"])
     table.add_row("python", f"{v['python_version']} ({v['python']})")
     if v["vllm_version"]:
-        table.add_row("vLLM", escape(f"{v['vllm_version']} [{v['build']} build, {v['vllm_dist']}] at {v['vllm_path']}"))
+        table.add_row(
+            "vLLM",
+            escape(
+                f"{v['vllm_version']} [{v['build']} build, {v['vllm_dist']}] at {v['vllm_path']}"
+            ),
+        )
         table.add_row("vLLM commit", v["vllm_commit"] or "unknown (release wheel)")
     else:
-        table.add_row("vLLM", "not installed for this python" + (f": {v['error']}" if v.get("error") else ""))
+        table.add_row(
+            "vLLM", "not installed for this python" + (f": {v['error']}" if v.get("error") else "")
+        )
     table.add_row("nixl", v["nixl_version"] or "not installed")
     gpus = env["gpus"]
-    table.add_row("GPUs", f"{len(gpus['devices'])} ({gpus['source']})" + "".join(
-        f"\n  {g['index']}: {g['name']}" for g in gpus["devices"]))
+    table.add_row(
+        "GPUs",
+        f"{len(gpus['devices'])} ({gpus['source']})"
+        + "".join(f"\n  {g['index']}: {g['name']}" for g in gpus["devices"]),
+    )
     mem = env["free_memory_bytes"]
     table.add_row("free memory", f"{mem / 2**30:.1f} GiB" if mem else "unknown")
     table.add_row("CPUs", str(env["cpu_count"]))

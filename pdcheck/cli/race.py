@@ -18,16 +18,58 @@ def _write_json(path: str, data: dict) -> None:
 
 
 @click.command(name="race")
-@click.option("--seeds", default=20, show_default=True, type=click.IntRange(min=1), help="Seeds per variant.")
-@click.option("--seed-start", default=0, show_default=True, type=click.IntRange(min=0), help="First seed (replays a reproducer).")
-@click.option("--requests", default=300, show_default=True, type=click.IntRange(min=1), help="Requests per seed.")
-@click.option("--variant", "variants", multiple=True, help="Workload variant (repeatable; default: the standard set; 'all' for every one).")
-@click.option("--disable-fix", "disable", multiple=True, type=click.Choice(["block-reuse", "zeroing"]), help="Turn a vLLM race fix off (same as PDCHECK_DISABLE_FIXES).")
-@click.option("--depth", type=click.IntRange(min=1), help="Batches in flight: 1 synchronous (control), 2 async scheduling, k pipeline parallel.")
-@click.option("--mutation", help="Run with one mutation of the fixes (checks that the checker catches it).")
-@click.option("--trace-dir", type=click.Path(file_okay=False), help="Also record scheduler traces here (the plugin's format).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the RaceSummary as JSON here.")
-def race(seeds, seed_start, requests, variants, disable, depth, mutation, trace_dir, json_path) -> None:
+@click.option(
+    "--seeds", default=20, show_default=True, type=click.IntRange(min=1), help="Seeds per variant."
+)
+@click.option(
+    "--seed-start",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="First seed (replays a reproducer).",
+)
+@click.option(
+    "--requests",
+    default=300,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Requests per seed.",
+)
+@click.option(
+    "--variant",
+    "variants",
+    multiple=True,
+    help="Workload variant (repeatable; default: the standard set; 'all' for every one).",
+)
+@click.option(
+    "--disable-fix",
+    "disable",
+    multiple=True,
+    type=click.Choice(["block-reuse", "zeroing"]),
+    help="Turn a vLLM race fix off (same as PDCHECK_DISABLE_FIXES).",
+)
+@click.option(
+    "--depth",
+    type=click.IntRange(min=1),
+    help="Batches in flight: 1 synchronous (control), 2 async scheduling, k pipeline parallel.",
+)
+@click.option(
+    "--mutation", help="Run with one mutation of the fixes (checks that the checker catches it)."
+)
+@click.option(
+    "--trace-dir",
+    type=click.Path(file_okay=False),
+    help="Also record scheduler traces here (the plugin's format).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    help="Write the RaceSummary as JSON here.",
+)
+def race(
+    seeds, seed_start, requests, variants, disable, depth, mutation, trace_dir, json_path
+) -> None:
     """Drive vLLM's real scheduler in-process with a simulated executor and check for KV races.
 
     Exit 0 clean, 1 findings, 2 the harness could not run.
@@ -39,10 +81,18 @@ def race(seeds, seed_start, requests, variants, disable, depth, mutation, trace_
     fixes = parse_fixes(list(disable) + list(parse_fixes(os.environ.get(ENV_VAR, ""))))
     with console.status("importing vLLM and running the race harness..."):
         summary = run_race(
-            seeds=seeds, seed_start=seed_start, requests=requests, variants=names,
-            disable_fixes=fixes, depth=depth, mutation=mutation, trace_dir=trace_dir,
+            seeds=seeds,
+            seed_start=seed_start,
+            requests=requests,
+            variants=names,
+            disable_fixes=fixes,
+            depth=depth,
+            mutation=mutation,
+            trace_dir=trace_dir,
         )
-    table = Table(title=f"pdcheck race: vLLM {summary.vllm_version}, fixes disabled: {', '.join(summary.disabled_fixes) or 'none'}")
+    table = Table(
+        title=f"pdcheck race: vLLM {summary.vllm_version}, fixes disabled: {', '.join(summary.disabled_fixes) or 'none'}"
+    )
     for col in ("variant", "seeds with findings", "by family", "median first step", "steps/s"):
         table.add_column(col)
     for v in summary.variants:
@@ -55,11 +105,15 @@ def race(seeds, seed_start, requests, variants, disable, depth, mutation, trace_
         )
     console.print(table)
     if summary.fixes_absent:
-        console.print(f"vLLM lacks the {', '.join(summary.fixes_absent)} fix: its switch is a no-op here.")
+        console.print(
+            f"vLLM lacks the {', '.join(summary.fixes_absent)} fix: its switch is a no-op here."
+        )
     for v in summary.variants:
         if v.examples:
             kinds = ", ".join(f"{k} {n}" for k, n in v.findings_by_kind.items())
-            console.print(f"\n[bold]{v.variant}[/bold]: {kinds}\nfirst finding ({v.examples[0].kind}): {v.examples[0].detail}")
+            console.print(
+                f"\n[bold]{v.variant}[/bold]: {kinds}\nfirst finding ({v.examples[0].kind}): {v.examples[0].detail}"
+            )
             if v.examples[0].reproducer:
                 console.print(v.examples[0].reproducer.render(), markup=False, highlight=False)
     if json_path:
@@ -74,13 +128,17 @@ def trace() -> None:
 
 @trace.command(name="check")
 @click.argument("directory", type=click.Path())
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the result as JSON here.")
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False), help="Write the result as JSON here."
+)
 def trace_check(directory: str, json_path: str | None) -> None:
     """Report hazard windows (block reuse, zeroing over a load) in a recorded trace. Exit 0 clean, 1 hazards."""
     from pdcheck.race.trace_check import check_trace_dir
 
     result = check_trace_dir(directory)
-    console.print(f"{result.files} trace file(s), {result.segments} scheduler(s), {result.steps} steps: {result.num_findings} hazard(s)")
+    console.print(
+        f"{result.files} trace file(s), {result.segments} scheduler(s), {result.steps} steps: {result.num_findings} hazard(s)"
+    )
     for finding in result.findings[:10]:
         err_console.print(f"{finding.kind} (step {finding.step}): {finding.detail}", markup=False)
     if json_path:

@@ -18,19 +18,40 @@ def _load(path: Path):
     try:
         return load_run(path)
     except FileNotFoundError as exc:
-        raise ConfigError(f"{exc}; give the folder `pdcheck sweep` wrote (it holds run.json)") from None
+        raise ConfigError(
+            f"{exc}; give the folder `pdcheck sweep` wrote (it holds run.json)"
+        ) from None
 
 
 @click.command(name="report")
 @click.argument("results_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True,
-              help="md: the PR report; json: every result with its numbers; junit: one testcase per cell and concurrency.")
-@click.option("--against", "against_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="An older results folder (e.g. main's): results whose verdict or accuracy changed come first.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
-@click.option("--max-chars", type=click.IntRange(min=1000), default=65536, show_default=True,
-              help="Markdown only: shed detail (never a verdict) to fit; 65536 is GitHub's comment limit.")
-def report(results_dir: Path, fmt: str, against_dir: Path | None, out: Path | None, max_chars: int) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="md",
+    show_default=True,
+    help="md: the PR report; json: every result with its numbers; junit: one testcase per cell and concurrency.",
+)
+@click.option(
+    "--against",
+    "against_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="An older results folder (e.g. main's): results whose verdict or accuracy changed come first.",
+)
+@click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout."
+)
+@click.option(
+    "--max-chars",
+    type=click.IntRange(min=1000),
+    default=65536,
+    show_default=True,
+    help="Markdown only: shed detail (never a verdict) to fit; 65536 is GitHub's comment limit.",
+)
+def report(
+    results_dir: Path, fmt: str, against_dir: Path | None, out: Path | None, max_chars: int
+) -> None:
     """Render RESULTS_DIR (a `pdcheck sweep` results folder) as a report.
 
     Exits with the run's own code: 0 all pass, 1 a REGRESSION/SUSPECT or an unflagged canary,

@@ -32,57 +32,136 @@ def _render_report():
     return render_markdown
 
 
-@click.command(help="Run a sweep: each cell's PD topology against its no-PD baseline at every "
-               "concurrency level, with verdicts, into a results folder.\n\nFILE is a sweep file or a shipped "
-               "sweep's name (see --list); without it, default-gpu on GPU machines, else cpu-smoke.\n"
-               + EXIT_CODES_HELP)
+@click.command(
+    help="Run a sweep: each cell's PD topology against its no-PD baseline at every "
+    "concurrency level, with verdicts, into a results folder.\n\nFILE is a sweep file or a shipped "
+    "sweep's name (see --list); without it, default-gpu on GPU machines, else cpu-smoke.\n"
+    + EXIT_CODES_HELP
+)
 @click.argument("file", required=False)
-@click.option("--out", type=click.Path(path_type=Path), help="Results folder (new). Default: pdcheck-results/<sweep>-<time>.")
-@click.option("--resume", type=click.Path(path_type=Path), help="Continue an interrupted run folder: only missing units run.")
-@click.option("--shard", metavar="I/N", help="Run shard I of N (1-based; cells split by id hash). Join with `pdcheck merge`.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Results folder (new). Default: pdcheck-results/<sweep>-<time>.",
+)
+@click.option(
+    "--resume",
+    type=click.Path(path_type=Path),
+    help="Continue an interrupted run folder: only missing units run.",
+)
+@click.option(
+    "--shard",
+    metavar="I/N",
+    help="Run shard I of N (1-based; cells split by id hash). Join with `pdcheck merge`.",
+)
 @click.option("--only", multiple=True, metavar="NAME|ID", help="Only these cells (repeatable).")
-@click.option("-k", "keyword", metavar="EXPR", help="Only cells whose name matches: words joined by 'and', 'not word'.")
-@click.option("--dry-run", is_flag=True, help="Print the cells and every server's argv and env; start nothing.")
-@click.option("--check-argv/--no-check-argv", default=True, show_default=True,
-              help="With --dry-run: run each distinct `vllm serve` argv through vLLM's own parser.")
-@click.option("--gpus", type=click.IntRange(min=0), metavar="N",
-              help="With --dry-run: plan for N GPUs (0..N-1) instead of this machine's, e.g. to check a GPU sweep on a laptop.")
-@click.option("--early-stop", is_flag=True, help="Skip a cell's higher concurrency levels once one is flagged.")
-@click.option("--continue-on-error/--fail-fast", default=True, show_default=True,
-              help="On an infra failure, mark that cell INFRA-ERROR and go on, or stop the sweep.")
+@click.option(
+    "-k",
+    "keyword",
+    metavar="EXPR",
+    help="Only cells whose name matches: words joined by 'and', 'not word'.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the cells and every server's argv and env; start nothing.",
+)
+@click.option(
+    "--check-argv/--no-check-argv",
+    default=True,
+    show_default=True,
+    help="With --dry-run: run each distinct `vllm serve` argv through vLLM's own parser.",
+)
+@click.option(
+    "--gpus",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="With --dry-run: plan for N GPUs (0..N-1) instead of this machine's, e.g. to check a GPU sweep on a laptop.",
+)
+@click.option(
+    "--early-stop",
+    is_flag=True,
+    help="Skip a cell's higher concurrency levels once one is flagged.",
+)
+@click.option(
+    "--continue-on-error/--fail-fast",
+    default=True,
+    show_default=True,
+    help="On an infra failure, mark that cell INFRA-ERROR and go on, or stop the sweep.",
+)
 @click.option("--baseline-url", help="Attach mode: your running no-PD baseline server.")
 @click.option("--pd-url", help="Attach mode: your running PD endpoint (proxy or router).")
-@click.option("--decoder-metrics-url", multiple=True, help="Attach mode: a decoder's /metrics (repeatable) for KV evidence.")
+@click.option(
+    "--decoder-metrics-url",
+    multiple=True,
+    help="Attach mode: a decoder's /metrics (repeatable) for KV evidence.",
+)
 @list_option
-def sweep(file, out, resume, shard, only, keyword, dry_run, check_argv, gpus, early_stop, continue_on_error,
-          baseline_url, pd_url, decoder_metrics_url, list_shipped) -> None:
+def sweep(
+    file,
+    out,
+    resume,
+    shard,
+    only,
+    keyword,
+    dry_run,
+    check_argv,
+    gpus,
+    early_stop,
+    continue_on_error,
+    baseline_url,
+    pd_url,
+    decoder_metrics_url,
+    list_shipped,
+) -> None:
     if list_shipped:
         console.print(shipped_sweeps_table())
         return
     from pdcheck.sweep.engine import SweepOptions
-    from pdcheck.sweep.run import Attach, SweepRequest, default_sweep_file, parse_shard, prepare, run_sweep
+    from pdcheck.sweep.run import (
+        Attach,
+        SweepRequest,
+        default_sweep_file,
+        parse_shard,
+        prepare,
+        run_sweep,
+    )
 
     if (baseline_url is None) != (pd_url is None):
         raise ConfigError("attach mode needs both --baseline-url and --pd-url")
     if gpus is not None and not dry_run:
-        raise ConfigError("--gpus plans a dry run for that many GPUs; add --dry-run (a real run uses the GPUs it finds)")
+        raise ConfigError(
+            "--gpus plans a dry run for that many GPUs; add --dry-run (a real run uses the GPUs it finds)"
+        )
     if decoder_metrics_url and baseline_url is None:
-        raise ConfigError("--decoder-metrics-url is for attach mode; give --baseline-url and --pd-url too")
+        raise ConfigError(
+            "--decoder-metrics-url is for attach mode; give --baseline-url and --pd-url too"
+        )
     if file is None and resume is None:
         from pdcheck.serving.gpus import read_inventory
 
         gpus = read_inventory().count
         file = default_sweep_file(has_gpus=gpus > 0)
-        err_console.print(f"No sweep file given: using the shipped sweep {file} ({gpus} GPU(s) found).")
+        err_console.print(
+            f"No sweep file given: using the shipped sweep {file} ({gpus} GPU(s) found)."
+        )
     attach = None
     if baseline_url is not None:
         from pdcheck.serving import attach as check_attach
 
-        endpoints = check_attach(baseline_url=baseline_url, pd_url=pd_url, decoder_metrics_urls=decoder_metrics_url)
+        endpoints = check_attach(
+            baseline_url=baseline_url, pd_url=pd_url, decoder_metrics_urls=decoder_metrics_url
+        )
         attach = Attach(endpoints.baseline_url, endpoints.pd_url, endpoints.decoder_metrics_urls)
     request = SweepRequest(
-        file=file, out=out, resume=resume, shard=parse_shard(shard) if shard else None, only=only, keyword=keyword,
-        attach=attach, options=SweepOptions(continue_on_error=continue_on_error, early_stop=early_stop),
+        file=file,
+        out=out,
+        resume=resume,
+        shard=parse_shard(shard) if shard else None,
+        only=only,
+        keyword=keyword,
+        attach=attach,
+        options=SweepOptions(continue_on_error=continue_on_error, early_stop=early_stop),
     )
     if dry_run:
         from pdcheck.sweep.dryrun import dry_run as plan_dry_run
@@ -96,9 +175,16 @@ def sweep(file, out, resume, shard, only, keyword, dry_run, check_argv, gpus, ea
     raise click.exceptions.Exit(int(result.exit_code))
 
 
-@click.command(help="Join sharded result folders (from `pdcheck sweep --shard i/n`) into one.\n" + EXIT_CODES_HELP)
-@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="The merged folder (new).")
+@click.command(
+    help="Join sharded result folders (from `pdcheck sweep --shard i/n`) into one.\n"
+    + EXIT_CODES_HELP
+)
+@click.argument(
+    "dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@click.option(
+    "--out", required=True, type=click.Path(path_type=Path), help="The merged folder (new)."
+)
 def merge(dirs, out) -> None:
     from pdcheck.sweep.merge import merge_runs
 
@@ -125,16 +211,27 @@ class LiveDisplay:
 
     def update(self, event) -> None:
         if event.kind in ("planned", "unit-done", "verdict", "failure", "race"):
-            console.print(f"[dim]{event.elapsed_s:7.0f}s[/dim] {event.message}", markup=True, highlight=False)
+            console.print(
+                f"[dim]{event.elapsed_s:7.0f}s[/dim] {event.message}", markup=True, highlight=False
+            )
         if event.kind == "record" and event.questions_done % 10:
             return  # redraw every 10 questions, not every one
         table = Table.grid(padding=(0, 2))
         eta = "?" if event.eta_s is None else f"{event.eta_s / 60:.1f} min"
         verdicts = ", ".join(f"{k} {v}" for k, v in sorted(event.verdicts.items())) or "none yet"
-        table.add_row("cells", f"{event.cells_done}/{event.cells_total}", "server starts", str(event.server_starts))
+        table.add_row(
+            "cells",
+            f"{event.cells_done}/{event.cells_total}",
+            "server starts",
+            str(event.server_starts),
+        )
         table.add_row("now", f"{event.current_cell or '-'}: {event.phase or '-'}", "", "")
-        table.add_row("questions", f"{event.questions_done}/{event.questions_total} "
-                      f"({event.questions_per_s:.1f} q/s)", "ETA", eta)
+        table.add_row(
+            "questions",
+            f"{event.questions_done}/{event.questions_total} ({event.questions_per_s:.1f} q/s)",
+            "ETA",
+            eta,
+        )
         table.add_row("verdicts", verdicts, "", "")
         self._live.update(table)
 
@@ -148,7 +245,13 @@ def print_summary(summary: dict, root: Path) -> None:
         for r in cell["results"]:
             style = _STYLE.get(r["status"], "")
             name = cell["name"] + (" (canary)" if cell["canary"] else "")
-            table.add_row(name, str(r["concurrency"]), r["verdict"], f"[{style}]{r['status']}[/{style}]", r["reason"])
+            table.add_row(
+                name,
+                str(r["concurrency"]),
+                r["verdict"],
+                f"[{style}]{r['status']}[/{style}]",
+                r["reason"],
+            )
     console.print(table)
     race = summary.get("race")
     if race:

@@ -12,7 +12,10 @@ from pdcheck.config import expand_cells, level_expectation, load_sweep
 def expected_levels(cell) -> str:
     """The concurrency levels where the cell is expected to be flagged, and those that must PASS."""
     flags = {c: level_expectation(cell, c).flag for c in cell.concurrency}
-    groups = [(word, [str(c) for c, f in flags.items() if f == want]) for word, want in (("flag", True), ("PASS", False))]
+    groups = [
+        (word, [str(c) for c, f in flags.items() if f == want])
+        for word, want in (("flag", True), ("PASS", False))
+    ]
     return "; ".join(f"{word} c{','.join(levels)}" for word, levels in groups if levels)
 
 
@@ -48,8 +51,12 @@ def shipped_sweeps_table() -> Table:
     return table
 
 
-list_option = click.option("--list", "list_shipped", is_flag=True,
-                           help="List the shipped sweeps (name, description, expected GPU-hours) and exit.")
+list_option = click.option(
+    "--list",
+    "list_shipped",
+    is_flag=True,
+    help="List the shipped sweeps (name, description, expected GPU-hours) and exit.",
+)
 
 
 @click.command()
@@ -65,8 +72,12 @@ def validate(sweep_file: str | None, list_shipped: bool) -> None:
     spec = load_sweep(sweep_file)
     cells = expand_cells(spec)
     console.print(cells_table(cells, f"{spec.name}: {len(cells)} cells"))
-    reasons = {(c.arm.name, why) for c in cells if c.arm.canary
-               for why in {level_expectation(c, level).why for level in c.concurrency}}
+    reasons = {
+        (c.arm.name, why)
+        for c in cells
+        if c.arm.canary
+        for why in {level_expectation(c, level).why for level in c.concurrency}
+    }
     if reasons:
         console.print("Why canary levels are expected to flag, or run as controls that must PASS:")
         for arm, why in sorted(reasons):

@@ -73,7 +73,9 @@ class Cell(BaseModel):
 
     @property
     def name(self) -> str:
-        topo = f"p{self.prefill_instances}x{self.prefill_tp}-d{self.decode_instances}x{self.decode_tp}"
+        topo = (
+            f"p{self.prefill_instances}x{self.prefill_tp}-d{self.decode_instances}x{self.decode_tp}"
+        )
         parts = [self.model.name, topo, "async" if self.async_scheduling else "sync", self.arm.name]
         if self.attention_backend:
             parts.append(self.attention_backend.lower())
@@ -185,14 +187,20 @@ def expand_cells(spec: SweepSpec) -> list[Cell]:
             continue
         cells.append(cell)
     if not cells:
-        raise ConfigError("the sweep expands to no cells: the include/exclude rules removed every cell")
+        raise ConfigError(
+            "the sweep expands to no cells: the include/exclude rules removed every cell"
+        )
     ids = [c.id for c in cells]
     if len(set(ids)) != len(ids):
-        raise ConfigError("two cells resolve to the same configuration; remove the duplicate axis values")
+        raise ConfigError(
+            "two cells resolve to the same configuration; remove the duplicate axis values"
+        )
     return cells
 
 
-def select_cells(cells: list[Cell], *, only: tuple[str, ...] = (), keyword: str | None = None) -> list[Cell]:
+def select_cells(
+    cells: list[Cell], *, only: tuple[str, ...] = (), keyword: str | None = None
+) -> list[Cell]:
     """Cells named (by name or id) in `only`, and/or whose name contains every word of `keyword`.
 
     `keyword` follows pytest's -k spirit in a small form: words joined by `and`, `not word`.

@@ -47,11 +47,19 @@ def level_expectation(cell: Cell, concurrency: int) -> LevelExpectation:
         return LevelExpectation(True, "canary arm")
     fixes = ", ".join(arm.disable_fixes)
     if not cell.async_scheduling:
-        return LevelExpectation(False, f"control: with async scheduling off no step is in flight and "
-                                       f"defer_block_free is off, so {fixes} off runs the fixes-on code")
+        return LevelExpectation(
+            False,
+            f"control: with async scheduling off no step is in flight and "
+            f"defer_block_free is off, so {fixes} off runs the fixes-on code",
+        )
     if concurrency < RACE_MIN_CONCURRENCY:
-        return LevelExpectation(False, f"control: at concurrency {concurrency} no step is in flight when "
-                                       f"the next request arrives, so the {fixes} race cannot fire")
-    return LevelExpectation(True, f"async scheduling on and {RACE_MIN_CONCURRENCY}+ requests in flight: "
-                                  f"the {fixes} race can fire")
-
+        return LevelExpectation(
+            False,
+            f"control: at concurrency {concurrency} no step is in flight when "
+            f"the next request arrives, so the {fixes} race cannot fire",
+        )
+    return LevelExpectation(
+        True,
+        f"async scheduling on and {RACE_MIN_CONCURRENCY}+ requests in flight: "
+        f"the {fixes} race can fire",
+    )

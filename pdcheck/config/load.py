@@ -51,11 +51,15 @@ def load_sweep(path: str | Path) -> SweepSpec:
         problem = getattr(exc, "problem", None) or str(exc)
         raise SweepFileError(f"YAML syntax error: {problem}", path=str(path), line=line) from None
     if not isinstance(data, dict):
-        raise SweepFileError("a sweep file must be a mapping at the top level", path=str(path), line=1)
+        raise SweepFileError(
+            "a sweep file must be a mapping at the top level", path=str(path), line=1
+        )
     return parse_sweep(data, source=str(path), node=node)
 
 
-def parse_sweep(data: dict[str, Any], *, source: str = "<sweep>", node: yaml.Node | None = None) -> SweepSpec:
+def parse_sweep(
+    data: dict[str, Any], *, source: str = "<sweep>", node: yaml.Node | None = None
+) -> SweepSpec:
     """A validated spec, or a `SweepFileError` naming every problem (each with line and key path)."""
     try:
         spec = SweepSpec.model_validate(data)
@@ -93,7 +97,11 @@ def _cross_reference_problem(spec: SweepSpec) -> tuple[tuple, str] | None:
         if name in seen:
             return ("matrix", "arms", i), f"duplicate arm name {name!r}; arm names must be unique"
         seen.add(name)
-        if not isinstance(arm, str) and arm.environment is not None and arm.environment not in env_names:
+        if (
+            not isinstance(arm, str)
+            and arm.environment is not None
+            and arm.environment not in env_names
+        ):
             return (
                 ("matrix", "arms", i, "environment"),
                 f"arm {arm.name!r} names environment {arm.environment!r}, which is not defined; "
@@ -127,7 +135,7 @@ def _explain(err: dict, loc: tuple) -> str:
         return f"must be a positive integer, got {err.get('input')!r}"
     msg = err["msg"]
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     return f"{msg} (got {err.get('input')!r})"
 
 
@@ -170,7 +178,9 @@ def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
             if nxt is None:
                 return line
             node = nxt
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
             node = node.value[part]
             line = node.start_mark.line + 1
         else:

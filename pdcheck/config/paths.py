@@ -19,7 +19,9 @@ def shipped_dir(name: str) -> Path:
     folder = importlib.resources.files("pdcheck") / "data" / name
     if not isinstance(folder, Path):
         # Model weights are copied and hashed as files; a zipped install cannot serve them.
-        raise RuntimeError(f"pdcheck's {name} data is not on the file system ({folder!r}); install pdcheck unzipped")
+        raise RuntimeError(
+            f"pdcheck's {name} data is not on the file system ({folder!r}); install pdcheck unzipped"
+        )
     return folder
 
 
@@ -38,5 +40,5 @@ def fixture_models_dir() -> Path:
 def resolve_model_path(path: str) -> str:
     """`fixture:<name>` → the built tiny model's directory; anything else is returned unchanged."""
     if path.startswith(FIXTURE_PREFIX):
-        return str(fixture_models_dir() / path[len(FIXTURE_PREFIX):])
+        return str(fixture_models_dir() / path[len(FIXTURE_PREFIX) :])
     return path

@@ -60,7 +60,9 @@ class EnvironmentSpec(_Strict):
     @model_validator(mode="after")
     def _one_launcher(self) -> EnvironmentSpec:
         if (self.python is None) == (self.vllm is None):
-            raise ValueError("give exactly one of 'python' (an interpreter with vLLM) or 'vllm' (its executable)")
+            raise ValueError(
+                "give exactly one of 'python' (an interpreter with vLLM) or 'vllm' (its executable)"
+            )
         return self
 
 
@@ -83,7 +85,9 @@ class ArmSpec(_Strict):
             return value
         kind, sep, frac = value.partition(":")
         if kind not in INJECTION_KINDS or not sep:
-            raise ValueError(f"inject must be '<kind>:<fraction>' with kind one of {', '.join(INJECTION_KINDS)}")
+            raise ValueError(
+                f"inject must be '<kind>:<fraction>' with kind one of {', '.join(INJECTION_KINDS)}"
+            )
         try:
             p = float(frac)
         except ValueError:
@@ -114,7 +118,8 @@ def _known_arm(name: str) -> str:
 
 # A matrix arm is a built-in arm's name or a full definition; the tag keeps errors on one branch.
 ArmRef = Annotated[
-    Annotated[str, AfterValidator(_known_arm), Tag("builtin-arm")] | Annotated[ArmSpec, Tag("arm-definition")],
+    Annotated[str, AfterValidator(_known_arm), Tag("builtin-arm")]
+    | Annotated[ArmSpec, Tag("arm-definition")],
     Discriminator(lambda v: "builtin-arm" if isinstance(v, str) else "arm-definition"),
 ]
 UNION_TAGS = ("builtin-arm", "arm-definition")
@@ -230,5 +235,7 @@ class SweepSpec(_Strict):
         names = [m.name for m in models]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"duplicate model name(s): {', '.join(dupes)}; each model needs a unique name")
+            raise ValueError(
+                f"duplicate model name(s): {', '.join(dupes)}; each model needs a unique name"
+            )
         return models

@@ -84,32 +84,62 @@ async def complete(
         attempt += 1
         start = now()
         try:
-            async with session.post(request.url, data=body, headers=headers, timeout=timeout) as resp:
+            async with session.post(
+                request.url, data=body, headers=headers, timeout=timeout
+            ) as resp:
                 status = resp.status
                 raw = await resp.read()
-        except asyncio.TimeoutError:
-            return Outcome(ok=False, error=f"timed out after {timeout_s:g} s", attempts=attempt, latency_s=now() - start)
+        except TimeoutError:
+            return Outcome(
+                ok=False,
+                error=f"timed out after {timeout_s:g} s",
+                attempts=attempt,
+                latency_s=now() - start,
+            )
         except aiohttp.ClientConnectionError as exc:
             if attempt < max_attempts:
-                logger.debug("connection error on %s (attempt %d): %s", request.request_id, attempt, exc)
+                logger.debug(
+                    "connection error on %s (attempt %d): %s", request.request_id, attempt, exc
+                )
                 await asyncio.sleep(retry_delay_s * attempt)
                 continue
-            return Outcome(ok=False, error=f"connection error: {type(exc).__name__}: {exc}", attempts=attempt)
+            return Outcome(
+                ok=False, error=f"connection error: {type(exc).__name__}: {exc}", attempts=attempt
+            )
         except aiohttp.ClientError as exc:
-            return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}", attempts=attempt, latency_s=now() - start)
+            return Outcome(
+                ok=False,
+                error=f"{type(exc).__name__}: {exc}",
+                attempts=attempt,
+                latency_s=now() - start,
+            )
         latency_s = now() - start
         break
     if status >= 400:
         snippet = raw[:_ERROR_BODY_CHARS].decode("utf-8", "replace")
-        return Outcome(ok=False, error=f"HTTP {status}: {snippet}", http_status=status, attempts=attempt, latency_s=latency_s)
+        return Outcome(
+            ok=False,
+            error=f"HTTP {status}: {snippet}",
+            http_status=status,
+            attempts=attempt,
+            latency_s=latency_s,
+        )
     try:
         data = _parse_json(raw)
     except ValueError:
         snippet = raw[:_ERROR_BODY_CHARS].decode("utf-8", "replace")
-        return Outcome(ok=False, error=f"response is not JSON: {snippet!r}", http_status=status, attempts=attempt, latency_s=latency_s)
+        return Outcome(
+            ok=False,
+            error=f"response is not JSON: {snippet!r}",
+            http_status=status,
+            attempts=attempt,
+            latency_s=latency_s,
+        )
     fields, problem = parse_response(data, chat=request.chat)
     if problem is not None:
-        return Outcome(ok=False, error=problem, http_status=status, attempts=attempt, latency_s=latency_s)
+        return Outcome(
+            ok=False, error=problem, http_status=status, attempts=attempt, latency_s=latency_s
+        )
     return Outcome(ok=True, http_status=status, attempts=attempt, latency_s=latency_s, **fields)
 
 
@@ -151,7 +181,11 @@ def parse_response(data: Any, *, chat: bool) -> tuple[dict[str, Any], str | None
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     token_ids = choice.get("token_ids")
     try:
-        logprobs = _chat_logprobs(choice.get("logprobs")) if chat else _completion_logprobs(choice.get("logprobs"))
+        logprobs = (
+            _chat_logprobs(choice.get("logprobs"))
+            if chat
+            else _completion_logprobs(choice.get("logprobs"))
+        )
     except (KeyError, TypeError, ValueError) as exc:
         return {}, f"choices[0].logprobs is malformed: {type(exc).__name__}: {exc}"
     return {
@@ -174,8 +208,14 @@ def _completion_logprobs(lp: Any) -> tuple[TokenLogprobs, ...] | None:
         return None
     tops = lp.get("top_logprobs") or [None] * len(lp["tokens"])
     return tuple(
-        TokenLogprobs(token, float(logprob) if logprob is not None else float("nan"), _ranked(list((top or {}).items())))
-        for token, logprob, top in zip(lp["tokens"], lp.get("token_logprobs") or [], tops)
+        TokenLogprobs(
+            token,
+            float(logprob) if logprob is not None else float("nan"),
+            _ranked(list((top or {}).items())),
+        )
+        for token, logprob, top in zip(
+            lp["tokens"], lp.get("token_logprobs") or [], tops, strict=False
+        )
     )
 
 
@@ -193,19 +233,25 @@ def _chat_logprobs(lp: Any) -> tuple[TokenLogprobs, ...] | None:
     )
 
 
-async def fetch_model_name(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 30.0) -> str:
+async def fetch_model_name(
+    session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 30.0
+) -> str:
     """The first model id the server lists at /v1/models; InfraError if it lists none or cannot answer."""
     url = f"{base_url}/v1/models"
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             status = resp.status
             raw = await resp.read()
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-        raise InfraError(f"could not ask {url} for the model name ({type(exc).__name__}: {exc}); pass --model") from exc
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise InfraError(
+            f"could not ask {url} for the model name ({type(exc).__name__}: {exc}); pass --model"
+        ) from exc
     try:
         return json.loads(raw)["data"][0]["id"]
     except (ValueError, KeyError, IndexError, TypeError):
-        raise InfraError(f"{url} answered HTTP {status} without a model id: {raw[:_ERROR_BODY_CHARS]!r}; pass --model") from None
+        raise InfraError(
+            f"{url} answered HTTP {status} without a model id: {raw[:_ERROR_BODY_CHARS]!r}; pass --model"
+        ) from None
 
 
 def base_url(url: str) -> str:

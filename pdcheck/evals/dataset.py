@@ -62,7 +62,9 @@ class TaskData:
     def indices(self, *, limit: int | None, offset: int) -> range:
         """The test indices a run with this limit/offset covers; an offset past the end is an error."""
         if offset >= len(self.test):
-            raise DatasetError(f"offset {offset} is past the end of the {self.task} test split ({len(self.test)} questions)")
+            raise DatasetError(
+                f"offset {offset} is past the end of the {self.task} test split ({len(self.test)} questions)"
+            )
         stop = len(self.test) if limit is None else min(len(self.test), offset + limit)
         return range(offset, stop)
 
@@ -93,7 +95,9 @@ def _examples(items, *, where: str) -> tuple[Example, ...]:
         try:
             out.append(Example(question=item["question"], answer=item["answer"]))
         except (KeyError, TypeError):
-            raise DatasetError(f"{where}: item {i} lacks a 'question' or 'answer' field; {_HOW_TO_PROVIDE}") from None
+            raise DatasetError(
+                f"{where}: item {i} lacks a 'question' or 'answer' field; {_HOW_TO_PROVIDE}"
+            ) from None
     return tuple(out)
 
 
@@ -110,10 +114,14 @@ def _read_jsonl(path: Path) -> list[dict]:
     return items
 
 
-def _make(task: str, test: tuple[Example, ...], train: tuple[Example, ...], source: str) -> TaskData:
+def _make(
+    task: str, test: tuple[Example, ...], train: tuple[Example, ...], source: str
+) -> TaskData:
     if not test:
         raise DatasetError(f"{source}: the test split is empty. {_HOW_TO_PROVIDE}")
-    return TaskData(task=task, test=test, train=train, sha256=_canonical_sha256(test, train), source=source)
+    return TaskData(
+        task=task, test=test, train=train, sha256=_canonical_sha256(test, train), source=source
+    )
 
 
 def _load_folder(folder: Path) -> TaskData:
@@ -135,7 +143,9 @@ def _load_hub() -> TaskData:
     try:
         loaded = datasets.load_dataset(name, config)
     except Exception as exc:  # datasets raises many types for "offline and not cached"
-        raise DatasetError(f"could not load {name} ({config}) through `datasets`: {type(exc).__name__}: {exc}. {_HOW_TO_PROVIDE}") from exc
+        raise DatasetError(
+            f"could not load {name} ({config}) through `datasets`: {type(exc).__name__}: {exc}. {_HOW_TO_PROVIDE}"
+        ) from exc
     test = _examples(loaded["test"], where=f"{name}/test")
     train = _examples(loaded["train"], where=f"{name}/train")
     return _make("gsm8k", test, train, source=f"hf:{name}/{config}")
@@ -145,7 +155,9 @@ def _load_synth() -> TaskData:
     try:
         from pdcheck.evals import synth
     except ImportError as exc:
-        raise DatasetError(f"task gsm8k-synth needs pdcheck.evals.synth, which could not be imported: {exc}") from exc
+        raise DatasetError(
+            f"task gsm8k-synth needs pdcheck.evals.synth, which could not be imported: {exc}"
+        ) from exc
     train, test = synth.generate(seed=SYNTH_SEED, n_train=SYNTH_N_TRAIN, n_test=SYNTH_N_TEST)
     return _make(
         "gsm8k-synth",

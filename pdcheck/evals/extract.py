@@ -105,4 +105,9 @@ def score(style: str, completion: str, gold: str) -> Score:
         )
     predicted = vllm_answer(completion)
     answer = None if predicted is None else str(predicted)
-    return Score(answer=answer, answers={"vllm": answer}, correct=answer is not None and answer == gold, invalid=answer is None)
+    return Score(
+        answer=answer,
+        answers={"vllm": answer},
+        correct=answer is not None and answer == gold,
+        invalid=answer is None,
+    )

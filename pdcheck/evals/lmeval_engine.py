@@ -85,7 +85,9 @@ def run_lmeval(
             task_manager=TaskManager(include_path=tmp),
         )
     if results is None:
-        raise ConfigError("lm-eval returned no results (it does so on non-zero ranks only); run it in one process")
+        raise ConfigError(
+            "lm-eval returned no results (it does so on non-zero ranks only); run it in one process"
+        )
     records = samples_to_records(results["samples"][TASK_NAME], offset=indices.start)
     done = {r.index for r in read_records(out_path)} if out_path.exists() else set()
     with RecordWriter(out_path) as writer:
@@ -118,7 +120,9 @@ def samples_to_records(samples: list[dict[str, Any]], *, offset: int = 0) -> lis
         filters = by_doc[doc_id]
         strict = filters[STRICT_MATCH]
         answers = {
-            name: None if filters[name]["filtered_resps"][0] == LMEVAL_INVALID else filters[name]["filtered_resps"][0]
+            name: None
+            if filters[name]["filtered_resps"][0] == LMEVAL_INVALID
+            else filters[name]["filtered_resps"][0]
             for name in (STRICT_MATCH, FLEXIBLE_EXTRACT)
             if name in filters
         }
@@ -139,14 +143,18 @@ def samples_to_records(samples: list[dict[str, Any]], *, offset: int = 0) -> lis
     return records
 
 
-def _write_task(folder: Path, task: TaskData, indices: range, *, settings: EvalSettings, yaml) -> None:
+def _write_task(
+    folder: Path, task: TaskData, indices: range, *, settings: EvalSettings, yaml
+) -> None:
     """The selected test questions, the train split, and a task config from lm-eval's own gsm8k.yaml."""
     test_file, train_file = folder / "test.jsonl", folder / "train.jsonl"
     _write_jsonl(test_file, [task.test[i] for i in indices])
     _write_jsonl(train_file, task.train)
     import lm_eval.tasks
 
-    config = yaml.safe_load((Path(lm_eval.tasks.__file__).parent / "gsm8k" / "gsm8k.yaml").read_text())
+    config = yaml.safe_load(
+        (Path(lm_eval.tasks.__file__).parent / "gsm8k" / "gsm8k.yaml").read_text()
+    )
     config.pop("tag", None)
     config.update(
         task=TASK_NAME,
@@ -161,7 +169,10 @@ def _write_task(folder: Path, task: TaskData, indices: range, *, settings: EvalS
 def _write_jsonl(path: Path, examples: Iterable[Example]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for ex in examples:
-            f.write(json.dumps({"question": ex.question, "answer": ex.answer}, ensure_ascii=False) + "\n")
+            f.write(
+                json.dumps({"question": ex.question, "answer": ex.answer}, ensure_ascii=False)
+                + "\n"
+            )
 
 
 async def _model_name(root: str) -> str:

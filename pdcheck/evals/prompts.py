@@ -73,7 +73,9 @@ def format_question(example: Example) -> str:
     return f"Question: {example.question}\nAnswer:"
 
 
-def lmeval_shot_indices(n_train: int, *, shots: int, count: int, seed: int = LMEVAL_FEWSHOT_SEED) -> list[list[int]]:
+def lmeval_shot_indices(
+    n_train: int, *, shots: int, count: int, seed: int = LMEVAL_FEWSHOT_SEED
+) -> list[list[int]]:
     """The train indices lm-eval's default sampler picks for test questions 0..count-1, in order."""
     rng = random.Random(seed)
     population = range(n_train)
@@ -85,7 +87,9 @@ class PromptBuilder:
 
     def __init__(self, task: TaskData, options: PromptOptions):
         if options.shots > len(task.train):
-            raise ConfigError(f"{options.shots} shots need {options.shots} train items; {task.task} has {len(task.train)}")
+            raise ConfigError(
+                f"{options.shots} shots need {options.shots} train items; {task.task} has {len(task.train)}"
+            )
         self.task = task
         self.options = options
         self._shared_prefix = "".join(format_shot(ex) for ex in task.train[: options.shots])
@@ -98,7 +102,9 @@ class PromptBuilder:
             return self._shared_prefix
         if index >= len(self._lmeval_shots):
             self._lmeval_shots = lmeval_shot_indices(
-                len(self.task.train), shots=self.options.shots, count=max(index + 1, len(self.task.test))
+                len(self.task.train),
+                shots=self.options.shots,
+                count=max(index + 1, len(self.task.test)),
             )
         return "".join(format_shot(self.task.train[i]) for i in self._lmeval_shots[index])
 
@@ -117,7 +123,11 @@ class PromptBuilder:
     def body(self, prompt: str, *, model: str, max_tokens: int | None = None) -> dict[str, Any]:
         """The JSON body that sends `prompt`; `max_tokens` overrides the option (the preflight uses 1)."""
         opts = self.options
-        body: dict[str, Any] = {"model": model, "max_tokens": max_tokens or opts.max_tokens, "temperature": 0.0}
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": max_tokens or opts.max_tokens,
+            "temperature": 0.0,
+        }
         if opts.style == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
             if opts.chat_template_kwargs:

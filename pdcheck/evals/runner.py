@@ -92,7 +92,13 @@ async def arun_eval(
         model = model or await fetch_model_name(session, root)
         if todo:
             builder = await _preflight(
-                session, builder, todo[0], root=root, model=model, run_tag=run_tag, timeout_s=settings.request_timeout_s
+                session,
+                builder,
+                todo[0],
+                root=root,
+                model=model,
+                run_tag=run_tag,
+                timeout_s=settings.request_timeout_s,
             )
             endpoint = root + builder.options.path
             style = builder.options.style
@@ -101,8 +107,13 @@ async def arun_eval(
 
             def record_of(index: int, rid: str, queue_s: float, outcome: Outcome) -> QuestionRecord:
                 return to_record(
-                    index, task.test[index], outcome, style=style, prompt_sha256=builder.prompt_sha256(index),
-                    queue_s=queue_s, request_id=rid,
+                    index,
+                    task.test[index],
+                    outcome,
+                    style=style,
+                    prompt_sha256=builder.prompt_sha256(index),
+                    queue_s=queue_s,
+                    request_id=rid,
                 )
 
             async def ask(index: int, sink: _RecordSink) -> None:
@@ -111,7 +122,11 @@ async def arun_eval(
                     body = builder.body(builder.prompt(index), model=model)
                     req = CompletionRequest(endpoint, body, request_id(run_tag, index))
                     outcome = await complete(
-                        session, req, timeout_s=settings.request_timeout_s, max_attempts=max_attempts, now=now
+                        session,
+                        req,
+                        timeout_s=settings.request_timeout_s,
+                        max_attempts=max_attempts,
+                        now=now,
                     )
                 sink.add((index, req.request_id, queue_s, outcome))
 
@@ -246,7 +261,9 @@ class _RecordSink:
         self._timer = None
         try:
             self.flush()
-        except Exception as exc:  # a loop callback's exception would only be logged: hand it to the run
+        except (
+            Exception
+        ) as exc:  # a loop callback's exception would only be logged: hand it to the run
             self._error = exc
 
     def _raise_error(self) -> None:
@@ -255,7 +272,9 @@ class _RecordSink:
             raise error
 
 
-def _previous_records(out_path: Path, builder: PromptBuilder, indices: range) -> dict[int, QuestionRecord]:
+def _previous_records(
+    out_path: Path, builder: PromptBuilder, indices: range
+) -> dict[int, QuestionRecord]:
     """Answered records already in the file for these indices, checked to be asked with our prompts.
 
     Failed records (`ok=False`) in range, and a torn last line, are dropped from the file (rewritten
@@ -281,7 +300,9 @@ def _previous_records(out_path: Path, builder: PromptBuilder, indices: range) ->
             kept.append(record)
     if len(kept) != len(existing) or _ends_torn(out_path):
         _rewrite(out_path, kept)
-    logger.info("resuming %s: %d of %d questions already done", out_path, len(previous), len(indices))
+    logger.info(
+        "resuming %s: %d of %d questions already done", out_path, len(previous), len(indices)
+    )
     return previous
 
 
@@ -304,17 +325,38 @@ def _rewrite(path: Path, records: list[QuestionRecord]) -> None:
 
 
 async def _preflight(
-    session: aiohttp.ClientSession, builder: PromptBuilder, index: int, *, root: str, model: str, run_tag: str, timeout_s: float
+    session: aiohttp.ClientSession,
+    builder: PromptBuilder,
+    index: int,
+    *,
+    root: str,
+    model: str,
+    run_tag: str,
+    timeout_s: float,
 ) -> PromptBuilder:
     """Send one 1-token request; returns the builder to use (without token ids if the server refuses them)."""
     endpoint = root + builder.options.path
     body = builder.body(builder.prompt(index), model=model, max_tokens=1)
-    outcome = await complete(session, CompletionRequest(endpoint, body, f"{run_tag}-preflight"), timeout_s=timeout_s)
-    if not outcome.ok and builder.options.token_ids and outcome.http_status == 400 and "return_token" in (outcome.error or ""):
-        logger.info("%s refuses vLLM's return_token_ids/return_tokens_as_token_ids; asking without them", endpoint)
+    outcome = await complete(
+        session, CompletionRequest(endpoint, body, f"{run_tag}-preflight"), timeout_s=timeout_s
+    )
+    if (
+        not outcome.ok
+        and builder.options.token_ids
+        and outcome.http_status == 400
+        and "return_token" in (outcome.error or "")
+    ):
+        logger.info(
+            "%s refuses vLLM's return_token_ids/return_tokens_as_token_ids; asking without them",
+            endpoint,
+        )
         builder = PromptBuilder(builder.task, replace(builder.options, token_ids=False))
         body = builder.body(builder.prompt(index), model=model, max_tokens=1)
-        outcome = await complete(session, CompletionRequest(endpoint, body, f"{run_tag}-preflight"), timeout_s=timeout_s)
+        outcome = await complete(
+            session, CompletionRequest(endpoint, body, f"{run_tag}-preflight"), timeout_s=timeout_s
+        )
     if not outcome.ok:
-        raise InfraError(f"the preflight request to {endpoint} (model {model!r}) failed, so nothing was run: {outcome.error}")
+        raise InfraError(
+            f"the preflight request to {endpoint} (model {model!r}) failed, so nothing was run: {outcome.error}"
+        )
     return builder

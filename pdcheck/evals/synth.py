@@ -17,12 +17,48 @@ import random
 from collections.abc import Callable, Iterator
 
 NAMES = (
-    "Ada", "Ben", "Cara", "Dan", "Eva", "Finn", "Gia", "Hugo", "Ivy", "Jack", "Kim", "Leo",
-    "Mia", "Ned", "Olga", "Paul", "Rosa", "Sam", "Tara", "Umar", "Vera", "Will", "Yara", "Zoe",
+    "Ada",
+    "Ben",
+    "Cara",
+    "Dan",
+    "Eva",
+    "Finn",
+    "Gia",
+    "Hugo",
+    "Ivy",
+    "Jack",
+    "Kim",
+    "Leo",
+    "Mia",
+    "Ned",
+    "Olga",
+    "Paul",
+    "Rosa",
+    "Sam",
+    "Tara",
+    "Umar",
+    "Vera",
+    "Will",
+    "Yara",
+    "Zoe",
 )
 ITEMS = (
-    "apples", "pens", "books", "stickers", "marbles", "cookies", "cards", "shells", "coins",
-    "eggs", "flowers", "toys", "beads", "stamps", "rocks", "candies",
+    "apples",
+    "pens",
+    "books",
+    "stickers",
+    "marbles",
+    "cookies",
+    "cards",
+    "shells",
+    "coins",
+    "eggs",
+    "flowers",
+    "toys",
+    "beads",
+    "stamps",
+    "rocks",
+    "candies",
 )
 
 Problem = tuple[str, str]
@@ -95,7 +131,12 @@ def _add_then_add(rng: random.Random, name: str, other: str, item: str) -> Probl
 
 
 TEMPLATES: tuple[Callable[[random.Random, str, str, str], Problem], ...] = (
-    _add, _sub, _mul, _add_then_sub, _mul_then_add, _add_then_add,
+    _add,
+    _sub,
+    _mul,
+    _add_then_sub,
+    _mul_then_add,
+    _add_then_add,
 )
 
 
@@ -107,7 +148,9 @@ def _problems(rng: random.Random) -> Iterator[dict[str, str]]:
         yield {"question": question, "answer": answer}
 
 
-def _take_unique(stream: Iterator[dict[str, str]], n: int, *, exclude: set[str]) -> list[dict[str, str]]:
+def _take_unique(
+    stream: Iterator[dict[str, str]], n: int, *, exclude: set[str]
+) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     seen = set(exclude)
     for item in stream:
@@ -125,6 +168,8 @@ def generate(*, seed: int = 0, n_train: int, n_test: int) -> tuple[list[dict], l
         raise ValueError(f"n_train and n_test must be >= 0, got n_train={n_train}, n_test={n_test}")
     test = _take_unique(_problems(random.Random(f"gsm8k-synth/{seed}/test")), n_test, exclude=set())
     train = _take_unique(
-        _problems(random.Random(f"gsm8k-synth/{seed}/train")), n_train, exclude={t["question"] for t in test}
+        _problems(random.Random(f"gsm8k-synth/{seed}/train")),
+        n_train,
+        exclude={t["question"] for t in test},
     )
     return train, test

@@ -96,7 +96,9 @@ class Reproducer:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Reproducer:
         timelines = {int(b): tuple(e) for b, e in data["owner_timelines"].items()}
-        return cls(data["seed"], data["variant"], tuple(data["lines"]), timelines, data.get("options", ""))
+        return cls(
+            data["seed"], data["variant"], tuple(data["lines"]), timelines, data.get("options", "")
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +112,9 @@ class Finding:
     victim: str  # the request whose KV or block it hit ("" when none)
     culprit: str  # the request whose stale step wrote, or "zeroing"/"load"
     detail: str
-    propagated: bool = False  # reached the victim through the prefix cache, not by its own write or load
+    propagated: bool = (
+        False  # reached the victim through the prefix cache, not by its own write or load
+    )
     reproducer: Reproducer | None = None
 
     @property

@@ -168,7 +168,15 @@ def run_seed(workload: Workload, seed: int, *, replay_options: str = "") -> Seed
     for f in findings:
         first[str(f.family)] = min(first.get(str(f.family), f.step), f.step)
     return SeedResult(
-        workload.name, seed, sim.dispatched, sim_s, sim.num_findings, sim.num_propagated, dict(sim.kind_counts), first, tuple(findings)
+        workload.name,
+        seed,
+        sim.dispatched,
+        sim_s,
+        sim.num_findings,
+        sim.num_propagated,
+        dict(sim.kind_counts),
+        first,
+        tuple(findings),
     )
 
 
@@ -187,7 +195,9 @@ def summarize_variant(name: str, results: list[SeedResult]) -> VariantResult:
         seeds=len(results),
         seeds_with_findings=sum(1 for r in results if r.num_findings),
         seeds_by_family={f: len(v) for f, v in sorted(by_family.items())},
-        median_first_step_by_family={f: float(statistics.median(v)) for f, v in sorted(by_family.items())},
+        median_first_step_by_family={
+            f: float(statistics.median(v)) for f, v in sorted(by_family.items())
+        },
         findings_by_kind=dict(sorted(kinds.items())),
         propagated_findings=sum(r.num_propagated for r in results),
         steps=sum(r.steps for r in results),
@@ -222,7 +232,9 @@ def run_race(
 
         prepare_vllm()
         if mutation is not None and mutation not in adapter.MUTATIONS:
-            raise HarnessError(f"unknown mutation {mutation!r}; allowed: {', '.join(adapter.MUTATIONS)}")
+            raise HarnessError(
+                f"unknown mutation {mutation!r}; allowed: {', '.join(adapter.MUTATIONS)}"
+            )
         results = []
         with contextlib.ExitStack() as stack:
             applied = stack.enter_context(switches.disable_fixes(fixes))
@@ -246,7 +258,12 @@ def run_race(
                     if on_seed is not None:
                         on_seed(result)
                 results.append(summarize_variant(workload.name, per_seed))
-                logger.info("race variant %s: %d/%d seeds with findings", workload.name, results[-1].seeds_with_findings, seeds)
+                logger.info(
+                    "race variant %s: %d/%d seeds with findings",
+                    workload.name,
+                    results[-1].seeds_with_findings,
+                    seeds,
+                )
         absent = tuple(f for f, present in adapter.fixes_present().items() if not present)
         return RaceSummary(
             vllm_version=adapter.vllm_version(),

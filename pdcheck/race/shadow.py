@@ -19,7 +19,9 @@ GARBLE = -1  # bytes of another view (a state over slots, or slots over a state)
 POISON = -2  # a state computed from a bad read: propagates damage through the prefix cache
 _STATE_SALT = 0x5DEECE66D
 
-Writer = tuple[str, str, int, int]  # (kind, request id, dispatch index of its step, execution index)
+Writer = tuple[
+    str, str, int, int
+]  # (kind, request id, dispatch index of its step, execution index)
 _INITIAL: Writer = ("init", "", 0, 0)
 
 
@@ -41,7 +43,7 @@ def state_tag(tags: list[int], num_tokens: int) -> int:
 class ShadowMemory:
     """The pages of one run. Every mutation bumps the page version so readers re-check only changed pages."""
 
-    __slots__ = ("block_size", "slots", "slot_writers", "states", "state_writers", "versions")
+    __slots__ = ("block_size", "slot_writers", "slots", "state_writers", "states", "versions")
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size

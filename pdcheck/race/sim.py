@@ -39,7 +39,9 @@ class _PendingLoad:
     step: int  # dispatch index of the step that started it
     land_at: int  # execution index before which it lands
     report_at: int  # execution index whose output reports it
-    valid_blocks: int | None  # None: every block lands; k: only the first k attention blocks (then reported failed)
+    valid_blocks: (
+        int | None
+    )  # None: every block lands; k: only the first k attention blocks (then reported failed)
     # With no older step in flight, the own step's zeroing runs on an idle stream before the RDMA
     # can land (why synchronous scheduling has no zeroing race).
     after_zeroing: bool = False
@@ -55,14 +57,18 @@ class _InFlight:
 class RaceSim:
     """One seed of one workload: drives a SimScheduler and checks shadow memory. Call ``run()``."""
 
-    def __init__(self, workload: Workload, seed: int, scheduler: SimScheduler, *, replay_options: str = "") -> None:
+    def __init__(
+        self, workload: Workload, seed: int, scheduler: SimScheduler, *, replay_options: str = ""
+    ) -> None:
         self.workload = workload
         self.replay_options = replay_options
         self.seed = seed
         self.rng = random.Random(seed)
         self.sched = scheduler
         self.attn_groups = [i for i, g in enumerate(scheduler.groups) if g.kind == "attention"]
-        self.mamba_groups = [(i, g.block_size) for i, g in enumerate(scheduler.groups) if g.kind == "mamba"]
+        self.mamba_groups = [
+            (i, g.block_size) for i, g in enumerate(scheduler.groups) if g.kind == "mamba"
+        ]
         self.bs = workload.scheduler.block_size
         self.memory = ShadowMemory(workload.scheduler.num_blocks + 1, self.bs)
         self.pending_requests = collections.deque(generate_requests(workload, self.rng))
@@ -72,25 +78,35 @@ class RaceSim:
         self.loads: dict[str, _PendingLoad] = {}
         self.load_blocks: dict[str, set[int]] = {}  # loader -> blocks its load writes
         self.own_blocks: dict[str, set[int]] = collections.defaultdict(set)
-        self.verified: dict[tuple[str, int], dict[int, tuple[int, int]]] = collections.defaultdict(dict)
+        self.verified: dict[tuple[str, int], dict[int, tuple[int, int]]] = collections.defaultdict(
+            dict
+        )
         self.dispatched = 0
         self.executed = 0
         self.live_count = 0
         self.findings: list[Finding] = []  # the first MAX_FINDINGS_KEPT, with reproducers
         self.num_findings = 0
-        self.kind_counts: collections.Counter[str] = collections.Counter()  # every finding, kept or not
+        self.kind_counts: collections.Counter[str] = (
+            collections.Counter()
+        )  # every finding, kept or not
         self.num_propagated = 0
         self._seen: set[tuple] = set()
-        self.log: list[tuple[int, str, frozenset[str]]] = []  # (dispatch index, line, request ids involved)
+        self.log: list[
+            tuple[int, str, frozenset[str]]
+        ] = []  # (dispatch index, line, request ids involved)
         self.timelines: dict[int, list[str]] = collections.defaultdict(list)
         self._known_blocks: dict[str, set[int]] = collections.defaultdict(set)
         self._owners: dict[int, list[str]] | None = None
         self._incarnations: dict[str, int] = {}
-        self._assigned_at: dict[tuple[str, int], int] = {}  # (request, block) -> dispatch index that gave it
+        self._assigned_at: dict[
+            tuple[str, int], int
+        ] = {}  # (request, block) -> dispatch index that gave it
         self._exec_of_dispatch: dict[int, int] = {}  # dispatch index -> execution index
         self._landed_exec: dict[str, int] = {}  # loader -> execution index its load landed at
         self._preempted_at: dict[str, int] = {}  # request -> dispatch index of its last preemption
-        self._poison_kind: dict[str, Kind] = {}  # request -> the finding that poisoned its Mamba state
+        self._poison_kind: dict[
+            str, Kind
+        ] = {}  # request -> the finding that poisoned its Mamba state
 
     # ---- driver ---------------------------------------------------------------------------
     def run(self) -> list[Finding]:
@@ -106,7 +122,9 @@ class RaceSim:
             if self.queue:
                 self.execute()
             elif self.pending_requests:
-                self.add_request(self.pending_requests.popleft())  # nothing in flight: let traffic in
+                self.add_request(
+                    self.pending_requests.popleft()
+                )  # nothing in flight: let traffic in
             else:
                 return self.findings
         raise HarnessError(
@@ -120,7 +138,9 @@ class RaceSim:
             self.add_request(self.pending_requests.popleft())
 
     def _abort_random(self) -> None:
-        live = [rid for rid in self.requests if self.sched.is_live(rid, self._incarnations.get(rid, 0))]
+        live = [
+            rid for rid in self.requests if self.sched.is_live(rid, self._incarnations.get(rid, 0))
+        ]
         if live:
             self.abort(self.rng.choice(sorted(live)))
 
@@ -130,9 +150,16 @@ class RaceSim:
         self.tags[req.request_id] = prefix_tags(req.tokens)
         self.live_count += 1
         self.sched.add_request(
-            req.request_id, list(req.tokens[: req.prompt_len]), max_tokens=req.max_tokens, eos_token_id=0, remote=req.remote
+            req.request_id,
+            list(req.tokens[: req.prompt_len]),
+            max_tokens=req.max_tokens,
+            eos_token_id=0,
+            remote=req.remote,
         )
-        self._log(f"sim.add_request({req.request_id!r}, prompt_len={req.prompt_len}, max_tokens={req.max_tokens}, remote={req.remote})", {req.request_id})
+        self._log(
+            f"sim.add_request({req.request_id!r}, prompt_len={req.prompt_len}, max_tokens={req.max_tokens}, remote={req.remote})",
+            {req.request_id},
+        )
 
     def abort(self, rid: str) -> None:
         if self.sched.abort(rid):
@@ -155,7 +182,9 @@ class RaceSim:
             self._start_load(load, index, own_exec)
         if record.zero_block_ids:
             self._check_zeroing_targets(record, index)
-        parts = " ".join(f"{e.request_id}[{e.start}:{e.start + e.num_tokens}]" for e in record.requests)
+        parts = " ".join(
+            f"{e.request_id}[{e.start}:{e.start + e.num_tokens}]" for e in record.requests
+        )
         loads = " ".join(f"load:{ld.request_id}{list(ld.block_ids)}" for ld in record.loads)
         zero = f" zero={list(record.zero_block_ids)}" if record.zero_block_ids else ""
         involved = {e.request_id for e in record.requests} | {ld.request_id for ld in record.loads}
@@ -172,7 +201,9 @@ class RaceSim:
         self._land_due(after_zeroing=True)
         for src, dst in record.block_copies:
             self.memory.copy(src, dst, ("copy", "", step, self.executed))
-        live = {e.request_id: self.sched.is_live(e.request_id, e.incarnation) for e in record.requests}
+        live = {
+            e.request_id: self.sched.is_live(e.request_id, e.incarnation) for e in record.requests
+        }
         for entry in record.requests:
             self._write_kv(entry, step, live[entry.request_id])
         bad_state: set[str] = set()
@@ -185,9 +216,13 @@ class RaceSim:
         sampled = {}
         for entry in record.requests:
             if entry.samples:
-                sampled[entry.request_id] = [self.requests[entry.request_id].tokens[entry.start + entry.num_tokens]]
+                sampled[entry.request_id] = [
+                    self.requests[entry.request_id].tokens[entry.start + entry.num_tokens]
+                ]
         ok, failed, invalid = self._reports()
-        finished = self.sched.update(record, sampled, finished_recving=ok, failed_recving=failed, invalid_block_ids=invalid)
+        finished = self.sched.update(
+            record, sampled, finished_recving=ok, failed_recving=failed, invalid_block_ids=invalid
+        )
         self._owners = None
         self._log(f"sim.execute()  # step {step}", {e.request_id for e in record.requests})
         for rid, reason in finished:
@@ -196,7 +231,11 @@ class RaceSim:
 
     def _land_due(self, *, after_zeroing: bool) -> None:
         for _, pending in sorted(self.loads.items()):
-            if not pending.landed and pending.land_at <= self.executed and pending.after_zeroing == after_zeroing:
+            if (
+                not pending.landed
+                and pending.land_at <= self.executed
+                and pending.after_zeroing == after_zeroing
+            ):
                 self.land_load(pending)
 
     def land_load(self, pending: _PendingLoad) -> None:
@@ -220,7 +259,10 @@ class RaceSim:
             for g, mbs in self.mamba_groups:
                 block = load.block_ids[g][_cdiv(load.end, mbs) - 1]
                 self.memory.write_state(block, state_tag(tags, load.end), writer)
-        self._log(f"sim.land_load({load.request_id!r})  # blocks {list(load.block_ids)}", {load.request_id})
+        self._log(
+            f"sim.land_load({load.request_id!r})  # blocks {list(load.block_ids)}",
+            {load.request_id},
+        )
 
     # ---- loads ----------------------------------------------------------------------------
     def _start_load(self, load: LoadStart, step: int, own_exec: int) -> None:
@@ -232,7 +274,9 @@ class RaceSim:
             whole = self.mamba_groups or self.rng.random() < 0.5
             valid = 0 if whole else self.rng.randrange(num_blocks)
         after_zeroing = len(self.queue) == 1 and land_at == own_exec
-        self.loads[load.request_id] = _PendingLoad(load, step, land_at, report_at, valid, after_zeroing)
+        self.loads[load.request_id] = _PendingLoad(
+            load, step, land_at, report_at, valid, after_zeroing
+        )
         targets = set()
         for g in self.attn_groups:
             targets.update(load.block_ids[g][load.start // self.bs : _cdiv(load.end, self.bs)])
@@ -255,7 +299,7 @@ class RaceSim:
             del self.loads[rid]
             if pending.valid_blocks is None:
                 ok.add(rid)
-            elif self.mamba_groups or pending.valid_blocks == 0 and self.rng.random() < 0.5:
+            elif self.mamba_groups or (pending.valid_blocks == 0 and self.rng.random() < 0.5):
                 failed.add(rid)
             else:
                 load = pending.load
@@ -272,8 +316,15 @@ class RaceSim:
         others = [o for o in self._owners.get(block, ()) if o != rid]
         return others[0] if others else None
 
-    def _hazard(self, kind_consumer: Kind, kind_local: Kind, entry: ScheduledRequest, block: int, step: int,
-                same_content: Callable[[str], bool]) -> None:
+    def _hazard(
+        self,
+        kind_consumer: Kind,
+        kind_local: Kind,
+        entry: ScheduledRequest,
+        block: int,
+        step: int,
+        same_content: Callable[[str], bool],
+    ) -> None:
         owner = self._owner_of(block, entry.request_id)
         if owner is None or entry.request_id in (self._owners or {}).get(block, ()):
             return
@@ -282,30 +333,49 @@ class RaceSim:
         if same_content(owner):
             return
         kind = kind_consumer if block in self.load_blocks.get(owner, ()) else kind_local
-        self._report(kind, step, (block,), owner, entry.request_id, f"step {step} of {entry.request_id} (no longer live) wrote block {block}, now owned by {owner}")
+        self._report(
+            kind,
+            step,
+            (block,),
+            owner,
+            entry.request_id,
+            f"step {step} of {entry.request_id} (no longer live) wrote block {block}, now owned by {owner}",
+        )
 
     def _owner_index(self, owner: str, group: int, block: int) -> int | None:
         table = self.sched.block_ids(owner)[group]
         return table.index(block) if block in table else None
 
-    def _same_kv(self, entry: ScheduledRequest, group: int, block: int, index: int) -> Callable[[str], bool]:
+    def _same_kv(
+        self, entry: ScheduledRequest, group: int, block: int, index: int
+    ) -> Callable[[str], bool]:
         def check(owner: str) -> bool:
             j = self._owner_index(owner, group, block)
             if j is None:
                 return False
             mine, theirs, bs = self.tags[entry.request_id], self.tags[owner], self.bs
-            lo, hi = max(entry.start, index * bs), min(entry.start + entry.num_tokens, (index + 1) * bs)
-            return all(j * bs + p % bs < len(theirs) and theirs[j * bs + p % bs] == mine[p] for p in range(lo, hi))
+            lo, hi = (
+                max(entry.start, index * bs),
+                min(entry.start + entry.num_tokens, (index + 1) * bs),
+            )
+            return all(
+                j * bs + p % bs < len(theirs) and theirs[j * bs + p % bs] == mine[p]
+                for p in range(lo, hi)
+            )
 
         return check
 
-    def _same_state(self, entry: ScheduledRequest, group: int, mbs: int, block: int) -> Callable[[str], bool]:
+    def _same_state(
+        self, entry: ScheduledRequest, group: int, mbs: int, block: int
+    ) -> Callable[[str], bool]:
         def check(owner: str) -> bool:
             i = self._owner_index(owner, group, block)
             theirs = self.tags[owner]
             if i is None or (i + 1) * mbs > len(theirs):
                 return False
-            return state_tag(theirs, (i + 1) * mbs) == state_tag(self.tags[entry.request_id], entry.start + entry.num_tokens)
+            return state_tag(theirs, (i + 1) * mbs) == state_tag(
+                self.tags[entry.request_id], entry.start + entry.num_tokens
+            )
 
         return check
 
@@ -320,8 +390,14 @@ class RaceSim:
                 block = table[p // bs]
                 if not live and block not in hazard_checked:
                     hazard_checked.add(block)
-                    self._hazard(Kind.STALE_WRITE_INTO_CONSUMER_BLOCK, Kind.STALE_WRITE_INTO_LOCAL_BLOCK, entry, block, step,
-                                 self._same_kv(entry, g, block, p // bs))
+                    self._hazard(
+                        Kind.STALE_WRITE_INTO_CONSUMER_BLOCK,
+                        Kind.STALE_WRITE_INTO_LOCAL_BLOCK,
+                        entry,
+                        block,
+                        step,
+                        self._same_kv(entry, g, block, p // bs),
+                    )
                 self.memory.write_slot(block, p % bs, tags[p], writer)
                 if live:
                     self.own_blocks[entry.request_id].add(block)
@@ -334,16 +410,33 @@ class RaceSim:
             if c > 0 and live:
                 block = table[(c - 1) // mbs]
                 if block == 0:
-                    self._report(Kind.MAMBA_READ_NULL_BLOCK, step, (0,), rid, rid, f"{rid} read its state at token {c} from the null block")
+                    self._report(
+                        Kind.MAMBA_READ_NULL_BLOCK,
+                        step,
+                        (0,),
+                        rid,
+                        rid,
+                        f"{rid} read its state at token {c} from the null block",
+                    )
                     bad.add(rid)
                 elif self.memory.states[block] != state_tag(tags, c):
                     self._state_mismatch(rid, block, c, step)
                     bad.add(rid)
             block = table[_cdiv(end, mbs) - 1]
             if not live:
-                self._hazard(Kind.STALE_MAMBA_WRITE_INTO_CONSUMER_BLOCK, Kind.STALE_MAMBA_WRITE_INTO_LOCAL_BLOCK, entry, block, step,
-                             self._same_state(entry, g, mbs, block))
-            self.memory.write_state(block, POISON if rid in bad else state_tag(tags, end), ("state", rid, step, self.executed))
+                self._hazard(
+                    Kind.STALE_MAMBA_WRITE_INTO_CONSUMER_BLOCK,
+                    Kind.STALE_MAMBA_WRITE_INTO_LOCAL_BLOCK,
+                    entry,
+                    block,
+                    step,
+                    self._same_state(entry, g, mbs, block),
+                )
+            self.memory.write_state(
+                block,
+                POISON if rid in bad else state_tag(tags, end),
+                ("state", rid, step, self.executed),
+            )
             if live:
                 self.own_blocks[rid].add(block)
 
@@ -359,7 +452,9 @@ class RaceSim:
             if writer == rid or origin is None:
                 return  # damage already reported for the request that computed this state
             kind, propagated = origin, True
-        elif writer == rid and kind_w in ("state", "load") and not self._stale_self_write(rid, wstep):
+        elif (
+            writer == rid and kind_w in ("state", "load") and not self._stale_self_write(rid, wstep)
+        ):
             kind, propagated = Kind.CORRUPTION_MAMBA_WRONG_OWN_STATE, False
         elif kind_w in ("kv", "zero"):
             kind, propagated = Kind.CORRUPTION_MAMBA_CLOBBERED_BY_STALE_KV_WRITE, False
@@ -367,7 +462,9 @@ class RaceSim:
             kind, propagated = Kind.CORRUPTION_MAMBA_STALE_WRITE, False
         self._poison_kind.setdefault(rid, kind)
         detail = f"{rid} read state at token {c} from block {block}: last written by {kind_w} of {writer or '-'} at step {wstep}"
-        self._report(kind, step, (block,), rid, writer or kind_w, detail, propagated=propagated, since=wstep)
+        self._report(
+            kind, step, (block,), rid, writer or kind_w, detail, propagated=propagated, since=wstep
+        )
 
     def _read_kv(self, entry: ScheduledRequest, step: int) -> None:
         rid = entry.request_id
@@ -408,7 +505,11 @@ class RaceSim:
         if block in self.load_blocks.get(rid, ()) and rid in self._landed_exec:
             ours_from = min(ours_from, self._landed_exec[rid])
         if kind_w in ("kv", "state") and wexec >= ours_from:
-            kind = Kind.CORRUPTION_STALE_KV_WRITE if kind_w == "kv" else Kind.CORRUPTION_STALE_MAMBA_WRITE
+            kind = (
+                Kind.CORRUPTION_STALE_KV_WRITE
+                if kind_w == "kv"
+                else Kind.CORRUPTION_STALE_MAMBA_WRITE
+            )
         else:
             kind = Kind.STALE_BYTES_VISIBLE
         detail = f"{rid} reads block {block} whose slot {slot} holds bytes of {kind_w} {writer or '-'} (step {wstep}), not zero"
@@ -418,16 +519,22 @@ class RaceSim:
         actual = self.memory.slots[block][slot]
         kind_w, writer, wstep, _ = self.memory.slot_writers[block][slot]
         if actual == ZERO and kind_w == "zero":
-            kind = Kind.CORRUPTION_ZEROED_AFTER_LOAD  # zeroing landed after the content it should precede
+            kind = (
+                Kind.CORRUPTION_ZEROED_AFTER_LOAD
+            )  # zeroing landed after the content it should precede
         elif actual == GARBLE and kind_w == "state" and writer != rid:
             kind = Kind.CORRUPTION_STALE_MAMBA_WRITE
         elif kind_w == "kv" and (writer != rid or self._stale_self_write(rid, wstep)):
             kind = Kind.CORRUPTION_STALE_KV_WRITE
         else:
             kind = Kind.CORRUPTION_KV_MISMATCH
-        propagated = block not in self.own_blocks.get(rid, ()) and block not in self.load_blocks.get(rid, ())
+        propagated = block not in self.own_blocks.get(
+            rid, ()
+        ) and block not in self.load_blocks.get(rid, ())
         detail = f"{rid} read token {pos} from block {block} slot {slot}: last written by {kind_w} of {writer or '-'} at step {wstep}"
-        self._report(kind, step, (block,), rid, writer or kind_w, detail, propagated=propagated, since=wstep)
+        self._report(
+            kind, step, (block,), rid, writer or kind_w, detail, propagated=propagated, since=wstep
+        )
 
     def _check_zeroing_targets(self, record: StepRecord, step: int) -> None:
         # A load started by this same step is safe when no older step is in flight: the zeroing
@@ -438,7 +545,14 @@ class RaceSim:
             hit = self.load_blocks.get(rid, set()).intersection(record.zero_block_ids)
             if hit:
                 blocks = tuple(sorted(hit))
-                self._report(Kind.ZEROING_OF_LOAD_TARGET, step, blocks, rid, "zeroing", f"step {step} zeroes blocks {list(blocks)} while {rid}'s load into them is outstanding")
+                self._report(
+                    Kind.ZEROING_OF_LOAD_TARGET,
+                    step,
+                    blocks,
+                    rid,
+                    "zeroing",
+                    f"step {step} zeroes blocks {list(blocks)} while {rid}'s load into them is outstanding",
+                )
 
     # ---- bookkeeping ----------------------------------------------------------------------
     def _assign(self, rid: str, tables: tuple[tuple[int, ...], ...], step: int) -> None:
@@ -465,8 +579,18 @@ class RaceSim:
     def _log(self, line: str, rids: set[str]) -> None:
         self.log.append((self.dispatched, line, frozenset(rids)))
 
-    def _report(self, kind: Kind, step: int, blocks: tuple[int, ...], victim: str, culprit: str, detail: str,
-                *, propagated: bool = False, since: int | None = None) -> None:
+    def _report(
+        self,
+        kind: Kind,
+        step: int,
+        blocks: tuple[int, ...],
+        victim: str,
+        culprit: str,
+        detail: str,
+        *,
+        propagated: bool = False,
+        since: int | None = None,
+    ) -> None:
         key = (kind, victim, culprit, blocks)
         if key in self._seen:
             return
@@ -478,7 +602,15 @@ class RaceSim:
             return
         start = min(since if since is not None else step, step) - 2
         involved = {victim, culprit}
-        lines = tuple(line for t, line, rids in self.log if t >= start and (rids & involved or "dispatch" in line and t >= step - 1))
+        lines = tuple(
+            line
+            for t, line, rids in self.log
+            if t >= start and (rids & involved or ("dispatch" in line and t >= step - 1))
+        )
         timelines = {b: tuple(self.timelines[b][-8:]) for b in blocks if b}
-        reproducer = Reproducer(self.seed, self.workload.name, lines[-60:], timelines, self.replay_options)
-        self.findings.append(Finding(kind, self.seed, step, blocks, victim, culprit, detail, propagated, reproducer))
+        reproducer = Reproducer(
+            self.seed, self.workload.name, lines[-60:], timelines, self.replay_options
+        )
+        self.findings.append(
+            Finding(kind, self.seed, step, blocks, victim, culprit, detail, propagated, reproducer)
+        )

@@ -53,12 +53,16 @@ class TraceCheckResult:
 class _Segment:
     """One scheduler's lifetime in a trace: replays steps and applies the ownership rules."""
 
-    def __init__(self, start: dict[str, Any], source: str, findings: list[Finding], counter: list[int]) -> None:
+    def __init__(
+        self, start: dict[str, Any], source: str, findings: list[Finding], counter: list[int]
+    ) -> None:
         self.groups = [(kind, bs) for kind, bs in start["groups"]]
         self.source = source
         self.findings = findings
         self.counter = counter
-        self.in_flight: collections.OrderedDict[int, dict[str, set[int]]] = collections.OrderedDict()
+        self.in_flight: collections.OrderedDict[int, dict[str, set[int]]] = (
+            collections.OrderedDict()
+        )
         self.known: dict[str, set[int]] = collections.defaultdict(set)
         self.tables: dict[str, list[list[int]]] = {}  # the worker's view: block ids per group
         self.outstanding_loads: dict[str, set[int]] = {}
@@ -69,7 +73,7 @@ class _Segment:
 
     def written_blocks(self, start: int, num: int, tables: list[list[int]]) -> set[int]:
         blocks: set[int] = set()
-        for (kind, bs), table in zip(self.groups, tables):
+        for (kind, bs), table in zip(self.groups, tables, strict=False):
             if kind == "attention":
                 blocks.update(table[start // bs : _cdiv(start + num, bs)])
             elif table:
@@ -84,15 +88,17 @@ class _Segment:
         content, so a stale writer writes what the new owner expects) or its own loaded blocks (checked
         when the load started)."""
         blocks: set[int] = set()
-        for (kind, bs), table in zip(self.groups, tables):
-            first = start // bs if kind == "attention" else ((start - 1) // bs + 1 if start > 0 else 0)
+        for (kind, bs), table in zip(self.groups, tables, strict=False):
+            first = (
+                start // bs if kind == "attention" else ((start - 1) // bs + 1 if start > 0 else 0)
+            )
             blocks.update(table[first:])
         blocks.discard(0)
         return blocks
 
     def load_blocks(self, tables: list[list[int]], start: int, end: int) -> set[int]:
         blocks: set[int] = set()
-        for (kind, bs), table in zip(self.groups, tables):
+        for (kind, bs), table in zip(self.groups, tables, strict=False):
             if kind == "attention":
                 blocks.update(table[start // bs : _cdiv(end, bs)])
             elif table:
@@ -103,7 +109,9 @@ class _Segment:
     def step(self, event: dict[str, Any]) -> None:
         self.steps += 1
         index = event["i"]
-        self.lines.append(f"step {index}: " + " ".join(f"{r[0]}[{r[1]}:{r[1] + r[2]}]" for r in event["reqs"]))
+        self.lines.append(
+            f"step {index}: " + " ".join(f"{r[0]}[{r[1]}:{r[1] + r[2]}]" for r in event["reqs"])
+        )
         for rid in event.get("preempted", []) + event.get("finished", []):
             self.known.pop(rid, None)
         new_loads: set[str] = set()
@@ -118,11 +126,16 @@ class _Segment:
             if mode != "cached" or rid not in self.tables:
                 self.tables[rid] = [list(g) for g in delta or ()]
             elif delta is not None:
-                for table, added in zip(self.tables[rid], delta):
+                for table, added in zip(self.tables[rid], delta, strict=False):
                     table.extend(added)
             tables = self.tables[rid]
             new = {b for table in tables for b in table if b} - self.known[rid]
-            self._check_reuse(index, rid, new & self.fresh_blocks(start, tables), consumer=rid in self.load_targets)
+            self._check_reuse(
+                index,
+                rid,
+                new & self.fresh_blocks(start, tables),
+                consumer=rid in self.load_targets,
+            )
             self.known[rid] |= new
             if num > 0:
                 written[rid] = self.written_blocks(start, num, tables)
@@ -135,8 +148,14 @@ class _Segment:
                     continue
                 hit = targets & zero
                 if hit:
-                    self._report(Kind.ZEROING_OF_LOAD_TARGET, index, hit, rid, "zeroing",
-                                 f"step {index} zeroes blocks {sorted(hit)} while {rid}'s load into them is outstanding")
+                    self._report(
+                        Kind.ZEROING_OF_LOAD_TARGET,
+                        index,
+                        hit,
+                        rid,
+                        "zeroing",
+                        f"step {index} zeroes blocks {sorted(hit)} while {rid}'s load into them is outstanding",
+                    )
         self.in_flight[index] = written
 
     def free(self, event: dict[str, Any]) -> None:
@@ -151,9 +170,19 @@ class _Segment:
                 # A writer that still holds the block shares it legitimately (a prefix-cache hit).
                 hit = (written & blocks) - self.known.get(writer, set())
                 if writer != rid and hit:
-                    kind = Kind.STALE_WRITE_INTO_CONSUMER_BLOCK if consumer else Kind.STALE_WRITE_INTO_LOCAL_BLOCK
-                    self._report(kind, index, hit, rid, writer,
-                                 f"step {index} gives blocks {sorted(hit)} to {rid} while step {old_index}, which writes them for {writer}, is in flight")
+                    kind = (
+                        Kind.STALE_WRITE_INTO_CONSUMER_BLOCK
+                        if consumer
+                        else Kind.STALE_WRITE_INTO_LOCAL_BLOCK
+                    )
+                    self._report(
+                        kind,
+                        index,
+                        hit,
+                        rid,
+                        writer,
+                        f"step {index} gives blocks {sorted(hit)} to {rid} while step {old_index}, which writes them for {writer}, is in flight",
+                    )
 
     def done(self, event: dict[str, Any]) -> None:
         if self.in_flight:
@@ -161,7 +190,9 @@ class _Segment:
         for rid in event.get("ok", []) + event.get("failed", []):
             self.outstanding_loads.pop(rid, None)
 
-    def _report(self, kind: Kind, step: int, blocks: set[int], victim: str, culprit: str, detail: str) -> None:
+    def _report(
+        self, kind: Kind, step: int, blocks: set[int], victim: str, culprit: str, detail: str
+    ) -> None:
         key = (kind, victim, culprit)
         if key in self.seen:
             return
@@ -169,7 +200,9 @@ class _Segment:
         self.counter[0] += 1
         if len(self.findings) < MAX_KEPT:
             rep = Reproducer(-1, self.source, tuple(self.lines), {})
-            self.findings.append(Finding(kind, -1, step, tuple(sorted(blocks)), victim, culprit, detail, False, rep))
+            self.findings.append(
+                Finding(kind, -1, step, tuple(sorted(blocks)), victim, culprit, detail, False, rep)
+            )
 
 
 def check_trace_files(files: list[TraceFile], directory: str = "") -> TraceCheckResult:

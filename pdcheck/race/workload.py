@@ -24,7 +24,9 @@ class Workload:
     name: str
     scheduler: SchedulerSpec
     requests: int = 300
-    remote_fraction: float = 0.5  # requests whose prompt KV a prefiller sends (loaded by the connector)
+    remote_fraction: float = (
+        0.5  # requests whose prompt KV a prefiller sends (loaded by the connector)
+    )
     eos_fraction: float = 0.5  # requests that stop on EOS before max_tokens
     abort_rate: float = 0.0  # chance per step that one live request is aborted
     load_failure_rate: float = 0.0  # chance that a load fails (half whole, half partial)
@@ -36,7 +38,13 @@ class Workload:
     max_steps: int = 20000
 
     def __post_init__(self) -> None:
-        for field in ("remote_fraction", "eos_fraction", "abort_rate", "load_failure_rate", "shared_prefix_fraction"):
+        for field in (
+            "remote_fraction",
+            "eos_fraction",
+            "abort_rate",
+            "load_failure_rate",
+            "shared_prefix_fraction",
+        ):
             value = getattr(self, field)
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"workload {self.name!r}: {field}={value} is outside [0, 1]")
@@ -47,14 +55,20 @@ class Workload:
                 f"exceed max_model_len={self.scheduler.max_model_len}; lower prompt_tokens/max_tokens or raise max_model_len"
             )
         if self.requests < 1 or self.prompt_tokens[0] < 2 or self.max_tokens[0] < 1:
-            raise ConfigError(f"workload {self.name!r}: needs requests >= 1, prompts >= 2 tokens and max_tokens >= 1")
+            raise ConfigError(
+                f"workload {self.name!r}: needs requests >= 1, prompts >= 2 tokens and max_tokens >= 1"
+            )
         if self.scheduler.depth < 1:
-            raise ConfigError(f"workload {self.name!r}: depth must be >= 1 (1 is synchronous scheduling)")
+            raise ConfigError(
+                f"workload {self.name!r}: depth must be >= 1 (1 is synchronous scheduling)"
+            )
 
     def with_overrides(self, **changes: object) -> Workload:
         scheduler_changes = {k: v for k, v in changes.items() if k in _SCHEDULER_FIELDS}
         own = {k: v for k, v in changes.items() if k not in _SCHEDULER_FIELDS}
-        return dataclasses.replace(self, scheduler=dataclasses.replace(self.scheduler, **scheduler_changes), **own)
+        return dataclasses.replace(
+            self, scheduler=dataclasses.replace(self.scheduler, **scheduler_changes), **own
+        )
 
 
 _SCHEDULER_FIELDS = {f.name for f in dataclasses.fields(SchedulerSpec)}
@@ -74,7 +88,10 @@ class SimRequest:
 def generate_requests(workload: Workload, rng: random.Random) -> list[SimRequest]:
     """The requests of one seed, in arrival order."""
     prefixes = [
-        [rng.randrange(1, VOCAB) for _ in range(rng.randint(16, workload.prompt_tokens[1] // 2 + 16))]
+        [
+            rng.randrange(1, VOCAB)
+            for _ in range(rng.randint(16, workload.prompt_tokens[1] // 2 + 16))
+        ]
         for _ in range(workload.prefix_families)
     ]
     out = []
@@ -85,7 +102,9 @@ def generate_requests(workload: Workload, rng: random.Random) -> list[SimRequest
             prompt = list(rng.choice(prefixes)[: prompt_len - 1])
         prompt += [rng.randrange(1, VOCAB) for _ in range(prompt_len - len(prompt))]
         max_tokens = rng.randint(*workload.max_tokens)
-        outputs = [rng.randrange(1, VOCAB) for _ in range(max_tokens + workload.scheduler.depth + 1)]
+        outputs = [
+            rng.randrange(1, VOCAB) for _ in range(max_tokens + workload.scheduler.depth + 1)
+        ]
         if rng.random() < workload.eos_fraction:
             outputs[rng.randrange(max_tokens)] = EOS_TOKEN
         out.append(
@@ -101,7 +120,13 @@ def generate_requests(workload: Workload, rng: random.Random) -> list[SimRequest
 
 
 def _hybrid(mode: str, groups: int = 1, **kw: object) -> SchedulerSpec:
-    return SchedulerSpec(layout="hybrid", mamba_mode=mode, num_mamba_groups=groups, prefix_caching=mode == "align", **kw)  # type: ignore[arg-type]
+    return SchedulerSpec(
+        layout="hybrid",
+        mamba_mode=mode,
+        num_mamba_groups=groups,
+        prefix_caching=mode == "align",
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 VARIANTS: dict[str, Workload] = {
@@ -117,7 +142,9 @@ VARIANTS: dict[str, Workload] = {
         Workload("aborts", _hybrid("align"), abort_rate=0.1),
         Workload("load-failures", SchedulerSpec(zeroing=True), load_failure_rate=0.3),
         Workload(
-            "load-failures-fail", SchedulerSpec(zeroing=True, load_failure_policy="fail"), load_failure_rate=0.3
+            "load-failures-fail",
+            SchedulerSpec(zeroing=True, load_failure_policy="fail"),
+            load_failure_rate=0.3,
         ),
         Workload("hybrid-load-failures", _hybrid("align"), load_failure_rate=0.3),
     )
@@ -129,4 +156,6 @@ def get_variant(name: str) -> Workload:
     try:
         return VARIANTS[name]
     except KeyError:
-        raise ConfigError(f"unknown race variant {name!r}; allowed: {', '.join(VARIANTS)}") from None
+        raise ConfigError(
+            f"unknown race variant {name!r}; allowed: {', '.join(VARIANTS)}"
+        ) from None

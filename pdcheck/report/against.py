@@ -42,7 +42,11 @@ def compare_rows(new: Sequence[ResultRow], old: Sequence[ResultRow]) -> Comparis
     changed = set()
     for row in new:
         previous = old_by_key.get(row.key)
-        if previous is None or previous.verdict != row.verdict or _accuracy_changed(row.pd_accuracy, previous.pd_accuracy):
+        if (
+            previous is None
+            or previous.verdict != row.verdict
+            or _accuracy_changed(row.pd_accuracy, previous.pd_accuracy)
+        ):
             changed.add(row.key)
     ordered = [r for r in new if r.key in changed] + [r for r in new if r.key not in changed]
     before = {}

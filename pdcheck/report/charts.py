@@ -33,9 +33,15 @@ class ModelChart:
             y_range=_y_range(self.lines),
             lines=self.lines,
         )
-        legend = "Lines, in order: " + ", ".join(f"{i + 1}. {line.name}" for i, line in enumerate(self.lines)) + "."
+        legend = (
+            "Lines, in order: "
+            + ", ".join(f"{i + 1}. {line.name}" for i, line in enumerate(self.lines))
+            + "."
+        )
         if self.left_out:
-            legend += " Not drawn (a concurrency level has no result): " + ", ".join(self.left_out) + "."
+            legend += (
+                " Not drawn (a concurrency level has no result): " + ", ".join(self.left_out) + "."
+            )
         return f"```mermaid\n{body}\n```\n\n{legend}"
 
 
@@ -58,7 +64,9 @@ def _labels(cells: Sequence[str], model: str) -> dict[str, str]:
     return {cell: "-".join(p[i] for i in varying) for cell, p in parts.items()}
 
 
-def _series(rows: Sequence[ResultRow], concurrencies: Sequence[int], value) -> tuple[float, ...] | None:
+def _series(
+    rows: Sequence[ResultRow], concurrencies: Sequence[int], value
+) -> tuple[float, ...] | None:
     by_c = {r.concurrency: value(r) for r in rows}
     values = [by_c.get(c) for c in concurrencies]
     return None if any(v is None for v in values) else tuple(100 * v for v in values)
@@ -76,12 +84,18 @@ def accuracy_charts(rows: Sequence[ResultRow]) -> list[ModelChart]:
         labels = _labels(cells, model)
         lines, left_out = [], []
         for cell in cells:
-            baseline = _series([r for r in model_rows if r.cell == cell], concurrencies, lambda r: r.baseline_accuracy)
+            baseline = _series(
+                [r for r in model_rows if r.cell == cell],
+                concurrencies,
+                lambda r: r.baseline_accuracy,
+            )
             if baseline is not None:
                 lines.append(ChartLine("baseline (no PD)", baseline))
                 break
         for cell in cells:
-            values = _series([r for r in model_rows if r.cell == cell], concurrencies, lambda r: r.pd_accuracy)
+            values = _series(
+                [r for r in model_rows if r.cell == cell], concurrencies, lambda r: r.pd_accuracy
+            )
             if values is None:
                 left_out.append(labels[cell] or cell)
             else:

@@ -78,8 +78,9 @@ def _token(record: QuestionRecord, position: int) -> str | None:
     return record.logprobs[position].token
 
 
-def diverging_questions(cell: CellResult, concurrency: int, *, candidates: int = 20,
-                        limit: int = 3) -> list[DivergentQuestion]:
+def diverging_questions(
+    cell: CellResult, concurrency: int, *, candidates: int = 20, limit: int = 3
+) -> list[DivergentQuestion]:
     """Up to `limit` diverging questions of repeat 0, from the divergences the analysis stored.
 
     The first `candidates` divergences (corruption-grade first, then by index) are read; of
@@ -90,7 +91,9 @@ def diverging_questions(cell: CellResult, concurrency: int, *, candidates: int =
     if entry is None or not entry.comparison or baseline_unit is None or pd_unit is None:
         return []
     divergences = PairedComparison.from_dict(entry.comparison).agreement.divergences
-    ranked = sorted(divergences, key=lambda d: (_GRADE_ORDER.get(d.grade, len(_GRADE_ORDER)), d.index))[:candidates]
+    ranked = sorted(
+        divergences, key=lambda d: (_GRADE_ORDER.get(d.grade, len(_GRADE_ORDER)), d.index)
+    )[:candidates]
     wanted = {d.index for d in ranked}
     baseline = _read_questions(baseline_unit.records_path, wanted)
     pd = _read_questions(pd_unit.records_path, wanted)
@@ -110,11 +113,15 @@ def diverging_questions(cell: CellResult, concurrency: int, *, candidates: int =
         for d in ranked
         if d.index in baseline and d.index in pd
     ]
-    found.sort(key=lambda q: not (q.baseline_correct and not q.pd_correct))  # stable: keeps the ranking
+    found.sort(
+        key=lambda q: not (q.baseline_correct and not q.pd_correct)
+    )  # stable: keeps the ranking
     return found[:limit]
 
 
-def log_tails(run: RunResults, cell: CellResult, *, lines: int = 12, max_files: int = 3) -> list[LogTail]:
+def log_tails(
+    run: RunResults, cell: CellResult, *, lines: int = 12, max_files: int = 3
+) -> list[LogTail]:
     """The last lines of the cell's server logs, decoder first."""
     logs_dir = run.info.root / "cells" / cell.dirname / "logs"
     files = sorted(logs_dir.glob("*.log")) if logs_dir.is_dir() else []

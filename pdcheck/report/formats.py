@@ -39,7 +39,9 @@ def report_dict(run: RunResults, *, against: RunResults | None = None) -> dict[s
         comparison = compare_rows(rows, build_rows(against))
         data["against"] = {
             "run": str(against.info.root),
-            "order": [{"cell": cell, "concurrency": c} for cell, c in (r.key for r in comparison.rows)],
+            "order": [
+                {"cell": cell, "concurrency": c} for cell, c in (r.key for r in comparison.rows)
+            ],
             "changed": [{"cell": cell, "concurrency": c} for cell, c in sorted(comparison.changed)],
             "removed": [{"cell": cell, "concurrency": c} for cell, c in comparison.removed],
         }
@@ -47,4 +49,6 @@ def report_dict(run: RunResults, *, against: RunResults | None = None) -> dict[s
 
 
 def render_json(run: RunResults, *, against: RunResults | None = None) -> str:
-    return json.dumps(report_dict(run, against=against), indent=2, sort_keys=False, default=str) + "\n"
+    return (
+        json.dumps(report_dict(run, against=against), indent=2, sort_keys=False, default=str) + "\n"
+    )

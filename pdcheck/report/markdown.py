@@ -66,11 +66,15 @@ def _failures(run: RunResults, rows: Sequence[ResultRow]) -> list[_Failure]:
         cell = cells[row.cell]
         questions = diverging_questions(cell, row.concurrency)
         rerun = rerun_command(run, cell)
-        out.append(_Failure(
-            full=failure_details(row, questions=questions, tails=log_tails(run, cell), rerun=rerun),
-            line=failure_line(row, rerun=rerun, first=questions[0] if questions else None),
-            bare_line=failure_line(row, rerun=rerun, first=None),
-        ))
+        out.append(
+            _Failure(
+                full=failure_details(
+                    row, questions=questions, tails=log_tails(run, cell), rerun=rerun
+                ),
+                line=failure_line(row, rerun=rerun, first=questions[0] if questions else None),
+                bare_line=failure_line(row, rerun=rerun, first=None),
+            )
+        )
     return out
 
 
@@ -97,17 +101,27 @@ def _arm_fixes(run: RunResults) -> dict[str, tuple[str, ...]]:
 
 def _against_note(against: RunResults, comparison: Comparison) -> str:
     vllm = (against.info.environment.get("vllm") or {}).get("vllm_version") or "unknown vLLM"
-    text = (f"Compared against `{against.info.root.name}` ({vllm}): {len(comparison.changed)} "
-            "result(s) changed verdict or PD accuracy and come first.")
+    text = (
+        f"Compared against `{against.info.root.name}` ({vllm}): {len(comparison.changed)} "
+        "result(s) changed verdict or PD accuracy and come first."
+    )
     if comparison.removed:
-        text += " Not in this run: " + ", ".join(f"`{cell}` c{c}" for cell, c in comparison.removed) + "."
+        text += (
+            " Not in this run: "
+            + ", ".join(f"`{cell}` c{c}" for cell, c in comparison.removed)
+            + "."
+        )
     return text
 
 
-def _shed_notice(detail: _Detail, n_failures: int, *, has_charts: bool, max_chars: int, run: RunResults) -> str | None:
+def _shed_notice(
+    detail: _Detail, n_failures: int, *, has_charts: bool, max_chars: int, run: RunResults
+) -> str | None:
     dropped = []
     if detail.full_failures < n_failures:
-        dropped.append(f"{n_failures - detail.full_failures} of {n_failures} failure details blocks")
+        dropped.append(
+            f"{n_failures - detail.full_failures} of {n_failures} failure details blocks"
+        )
     if not detail.examples and n_failures:
         dropped.append("the diverging examples")
     if not detail.charts and has_charts:
@@ -118,10 +132,12 @@ def _shed_notice(detail: _Detail, n_failures: int, *, has_charts: bool, max_char
         dropped.append("the statistics columns of the table")
     if not dropped:
         return None
-    return (f"> ✂️ Shortened to fit a GitHub comment ({max_chars:,} characters): dropped {', '.join(dropped)}. "
-            f"Every verdict is above. The full report is `report.md` in the results folder "
-            f"`{run.info.root.name}` (the run's uploaded artifact); `pdcheck report {run.info.root.name}` "
-            "renders it again.")
+    return (
+        f"> ✂️ Shortened to fit a GitHub comment ({max_chars:,} characters): dropped {', '.join(dropped)}. "
+        f"Every verdict is above. The full report is `report.md` in the results folder "
+        f"`{run.info.root.name}` (the run's uploaded artifact); `pdcheck report {run.info.root.name}` "
+        "renders it again."
+    )
 
 
 def _shedding_steps(n_failures: int):
@@ -131,13 +147,19 @@ def _shedding_steps(n_failures: int):
     for kept in range(n_failures - 1, -1, -1):
         detail = replace(detail, full_failures=kept)
         yield detail
-    for step in ({"examples": False}, {"charts": False}, {"race_evidence": False}, {"wide_table": False}):
+    for step in (
+        {"examples": False},
+        {"charts": False},
+        {"race_evidence": False},
+        {"wide_table": False},
+    ):
         detail = replace(detail, **step)
         yield detail
 
 
-def render_markdown(run: RunResults, *, against: RunResults | None = None,
-                    max_chars: int = GITHUB_COMMENT_MAX_CHARS) -> str:
+def render_markdown(
+    run: RunResults, *, against: RunResults | None = None, max_chars: int = GITHUB_COMMENT_MAX_CHARS
+) -> str:
     """The whole report as markdown, at most `max_chars` characters whenever the verdict rows fit."""
     rows = build_rows(run)
     comparison = compare_rows(rows, build_rows(against)) if against is not None else None
@@ -151,18 +173,30 @@ def render_markdown(run: RunResults, *, against: RunResults | None = None,
         f"# pdcheck: {run.info.sweep.get('name') or run.info.root.name}",
         overall_line(summarize(run), rows),
         "## Environment",
-        environment_section(run.info.environment, dataset_sha256=_dataset_sha(run), arm_fixes=_arm_fixes(run)),
+        environment_section(
+            run.info.environment, dataset_sha256=_dataset_sha(run), arm_fixes=_arm_fixes(run)
+        ),
         "## Results",
     ]
     if comparison is not None:
         head.append(_against_note(against, comparison))
     race_full, race_compact = race_sections(run)
-    methodology = methodology_section(alpha=policy.get("alpha"), margin_pts=policy.get("margin_pts"),
-                                      tie_epsilon_nats=policy.get("tie_epsilon_nats"), mde_pts=mde)
+    methodology = methodology_section(
+        alpha=policy.get("alpha"),
+        margin_pts=policy.get("margin_pts"),
+        tie_epsilon_nats=policy.get("tie_epsilon_nats"),
+        mde_pts=mde,
+    )
 
     def compose(detail: _Detail) -> str:
-        parts = head + [results_table(ordered, before=comparison.before if comparison else None,
-                                      compact=not detail.wide_table)]
+        parts = [
+            *head,
+            results_table(
+                ordered,
+                before=comparison.before if comparison else None,
+                compact=not detail.wide_table,
+            ),
+        ]
         if charts:
             parts.append("## Accuracy vs concurrency")
             parts += charts if detail.charts else ["Charts left out to fit; see the full report."]
@@ -170,11 +204,13 @@ def render_markdown(run: RunResults, *, against: RunResults | None = None,
         if failures:
             parts.append("## Failures")
             parts += [f.full for f in failures[: detail.full_failures]]
-            rest = failures[detail.full_failures:]
+            rest = failures[detail.full_failures :]
             if rest:
                 parts.append("\n".join(f.line if detail.examples else f.bare_line for f in rest))
         parts += ["## Methodology", methodology]
-        notice = _shed_notice(detail, len(failures), has_charts=bool(charts), max_chars=max_chars, run=run)
+        notice = _shed_notice(
+            detail, len(failures), has_charts=bool(charts), max_chars=max_chars, run=run
+        )
         if notice:
             parts.append(notice)
         return "\n\n".join(parts) + "\n"
@@ -184,6 +220,9 @@ def render_markdown(run: RunResults, *, against: RunResults | None = None,
         text = compose(detail)
         if len(text) <= max_chars:
             return text
-    logger.warning("the report's verdict rows alone need %d characters (limit %d); keeping every row",
-                   len(text), max_chars)
+    logger.warning(
+        "the report's verdict rows alone need %d characters (limit %d); keeping every row",
+        len(text),
+        max_chars,
+    )
     return text

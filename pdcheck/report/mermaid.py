@@ -60,5 +60,8 @@ def render_xychart(
         f"    x-axis {_quoted(x_title)} [{', '.join(_quoted(x) for x in x_labels)}]",
         f"    y-axis {_quoted(y_title)} {_number(low)} --> {_number(high)}",
     ]
-    out += [f"    line {_quoted(line.name)} [{', '.join(_number(v) for v in line.values)}]" for line in lines]
+    out += [
+        f"    line {_quoted(line.name)} [{', '.join(_number(v) for v in line.values)}]"
+        for line in lines
+    ]
     return "\n".join(out)

@@ -41,7 +41,14 @@ def injection_results(run: RunResults) -> list[InjectionResult]:
         inject = (cell.resolved.get("arm") or {}).get("inject")
         for concurrency, entry in cell.verdicts.items():
             if inject and entry.injection is not None:
-                out.append(InjectionResult(cell.name, concurrency, inject, InjectionPrecision.from_dict(entry.injection)))
+                out.append(
+                    InjectionResult(
+                        cell.name,
+                        concurrency,
+                        inject,
+                        InjectionPrecision.from_dict(entry.injection),
+                    )
+                )
     return out
 
 
@@ -51,25 +58,43 @@ def _fraction(value: float | None) -> str:
 
 def _harness(race: Mapping[str, Any], *, evidence: bool) -> list[str]:
     status = race.get("status", "?")
-    lines = [f"Harness (vLLM's scheduler in-process): **{status}**" + (f" — {race['reason']}" if race.get("reason") else "")]
+    lines = [
+        f"Harness (vLLM's scheduler in-process): **{status}**"
+        + (f" — {race['reason']}" if race.get("reason") else "")
+    ]
     result = race.get("result") or {}
     if result.get("fixes_absent"):
-        lines.append(f"This vLLM lacks {', '.join(result['fixes_absent'])}: switching them off changes nothing.")
+        lines.append(
+            f"This vLLM lacks {', '.join(result['fixes_absent'])}: switching them off changes nothing."
+        )
     variants = result.get("variants") or []
     if not evidence or not variants:
         return lines
-    rows = [[
-        v.get("variant", "?"), f"{v.get('seeds_with_findings', 0)}/{v.get('seeds', 0)}",
-        ", ".join(f"{k} {s:g}" for k, s in (v.get("median_first_step_by_family") or {}).items()) or "–",
-        ", ".join(f"{k} ×{n}" for k, n in (v.get("findings_by_kind") or {}).items()) or "–",
-        f"{v.get('steps_per_s', 0):,.0f}",
-    ] for v in variants]
-    lines += ["", table(["variant", "seeds with findings", "median first step", "findings by kind", "steps/s"], rows)]
+    rows = [
+        [
+            v.get("variant", "?"),
+            f"{v.get('seeds_with_findings', 0)}/{v.get('seeds', 0)}",
+            ", ".join(f"{k} {s:g}" for k, s in (v.get("median_first_step_by_family") or {}).items())
+            or "–",
+            ", ".join(f"{k} ×{n}" for k, n in (v.get("findings_by_kind") or {}).items()) or "–",
+            f"{v.get('steps_per_s', 0):,.0f}",
+        ]
+        for v in variants
+    ]
+    lines += [
+        "",
+        table(
+            ["variant", "seeds with findings", "median first step", "findings by kind", "steps/s"],
+            rows,
+        ),
+    ]
     for v in variants:
         example = (v.get("examples") or [None])[0]
         if example:
-            lines.append(f"\n- `{v.get('variant')}` example: {example.get('kind')} at seed {example.get('seed')}, "
-                         f"step {example.get('step')}: {example.get('detail', '')}")
+            lines.append(
+                f"\n- `{v.get('variant')}` example: {example.get('kind')} at seed {example.get('seed')}, "
+                f"step {example.get('step')}: {example.get('detail', '')}"
+            )
     return lines
 
 
@@ -77,26 +102,53 @@ def race_sections(run: RunResults) -> tuple[str, str]:
     """The section in full, and compact (harness status and the named races, no tables)."""
     found = attributions(run)
     injected = injection_results(run)
-    return _race_section(run, found, injected, evidence=True), _race_section(run, found, [], evidence=False)
+    return _race_section(run, found, injected, evidence=True), _race_section(
+        run, found, [], evidence=False
+    )
 
 
-def _race_section(run: RunResults, found: list[Attribution], injected: list[InjectionResult], *,
-                  evidence: bool) -> str:
+def _race_section(
+    run: RunResults, found: list[Attribution], injected: list[InjectionResult], *, evidence: bool
+) -> str:
     parts = []
     if run.race is None:
-        parts.append("The race harness did not run in this sweep (no `race:` section); run `pdcheck race`.")
+        parts.append(
+            "The race harness did not run in this sweep (no `race:` section); run `pdcheck race`."
+        )
     else:
         parts.append("\n".join(_harness(run.race, evidence=evidence)))
     if found and not evidence:
-        parts.append("**Likely races**: " + "; ".join(f"{a.race} ({a.cell or 'harness'})" for a in found))
+        parts.append(
+            "**Likely races**: " + "; ".join(f"{a.race} ({a.cell or 'harness'})" for a in found)
+        )
     elif found:
-        rows = [[a.race, a.rule, f"`{a.cell}`" if a.cell else "harness", "; ".join(a.evidence)] for a in found]
-        parts.append("**Attribution** (rules in docs/analysis.md)\n\n" + table(["likely race", "rule", "arm", "evidence"], rows))
+        rows = [
+            [a.race, a.rule, f"`{a.cell}`" if a.cell else "harness", "; ".join(a.evidence)]
+            for a in found
+        ]
+        parts.append(
+            "**Attribution** (rules in docs/analysis.md)\n\n"
+            + table(["likely race", "rule", "arm", "evidence"], rows)
+        )
     else:
-        parts.append("**Attribution**: no arm was flagged and the harness found nothing, so no race is named.")
+        parts.append(
+            "**Attribution**: no arm was flagged and the harness found nothing, so no race is named."
+        )
     if injected:
-        rows = [[f"`{r.cell}`", str(r.concurrency), r.inject, str(r.precision.n_injected), str(r.precision.n_flagged),
-                 _fraction(r.precision.precision), _fraction(r.precision.recall)] for r in injected]
-        parts.append("**Fault-injection precision** (corruption-grade divergences vs the injected questions)\n\n"
-                     + table(["arm", "c", "fault", "injected", "diverged", "precision", "recall"], rows))
+        rows = [
+            [
+                f"`{r.cell}`",
+                str(r.concurrency),
+                r.inject,
+                str(r.precision.n_injected),
+                str(r.precision.n_flagged),
+                _fraction(r.precision.precision),
+                _fraction(r.precision.recall),
+            ]
+            for r in injected
+        ]
+        parts.append(
+            "**Fault-injection precision** (corruption-grade divergences vs the injected questions)\n\n"
+            + table(["arm", "c", "fault", "injected", "diverged", "precision", "recall"], rows)
+        )
     return "\n\n".join(parts)

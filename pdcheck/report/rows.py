@@ -65,16 +65,24 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _side_accuracy(cell: CellResult, side: str, concurrency: int) -> float | None:
-    return _mean([
-        float(u.summary["accuracy"])
-        for u in cell.units
-        if u.side == side and u.concurrency == concurrency and u.summary and u.summary.get("accuracy") is not None
-    ])
+    return _mean(
+        [
+            float(u.summary["accuracy"])
+            for u in cell.units
+            if u.side == side
+            and u.concurrency == concurrency
+            and u.summary
+            and u.summary.get("accuracy") is not None
+        ]
+    )
 
 
 def _numbers(comparison: dict[str, Any] | None, verdict: dict[str, Any]) -> dict[str, Any]:
     """The table's analysis numbers, from the stored PairedComparison and CellVerdict dicts."""
-    numbers: dict[str, Any] = {"mde_pts": verdict.get("mde_pts"), "kv_tokens": verdict.get("kv_transferred_tokens")}
+    numbers: dict[str, Any] = {
+        "mde_pts": verdict.get("mde_pts"),
+        "kv_tokens": verdict.get("kv_transferred_tokens"),
+    }
     if comparison is None:
         return numbers
     c = PairedComparison.from_dict(comparison)
@@ -102,7 +110,9 @@ def build_rows(run: RunResults) -> list[ResultRow]:
     """Every (cell, concurrency) of the run, in store order; a missing verdict is an INFRA-ERROR row."""
     rows = []
     for cell in run.cells:
-        reused = sorted({u.reused_from for u in cell.units if u.side == "baseline" and u.reused_from})
+        reused = sorted(
+            {u.reused_from for u in cell.units if u.side == "baseline" and u.reused_from}
+        )
         for concurrency, outcome in cell_outcomes(cell):
             entry = cell.verdicts.get(concurrency)
             # Accuracy from the unit summaries when no comparison was stored (an infra failure).
@@ -112,20 +122,26 @@ def build_rows(run: RunResults) -> list[ResultRow]:
                 "kv_tokens": kv_tokens(cell.kv, concurrency),
             }
             if entry is not None:
-                numbers |= {k: v for k, v in _numbers(entry.comparison, entry.verdict).items() if v is not None}
-            rows.append(ResultRow(
-                cell=cell.name,
-                cell_id=cell.id,
-                dirname=cell.dirname,
-                model=_cell_field(cell, "model", "name"),
-                arm=_cell_field(cell, "arm", "name"),
-                concurrency=concurrency,
-                canary=outcome.canary,
-                control=cell.canary and not outcome.canary,
-                status=outcome.status,
-                verdict=outcome.verdict,
-                reason=outcome.reason,
-                baseline_reused_from=reused[0] if reused else None,
-                **numbers,
-            ))
+                numbers |= {
+                    k: v
+                    for k, v in _numbers(entry.comparison, entry.verdict).items()
+                    if v is not None
+                }
+            rows.append(
+                ResultRow(
+                    cell=cell.name,
+                    cell_id=cell.id,
+                    dirname=cell.dirname,
+                    model=_cell_field(cell, "model", "name"),
+                    arm=_cell_field(cell, "arm", "name"),
+                    concurrency=concurrency,
+                    canary=outcome.canary,
+                    control=cell.canary and not outcome.canary,
+                    status=outcome.status,
+                    verdict=outcome.verdict,
+                    reason=outcome.reason,
+                    baseline_reused_from=reused[0] if reused else None,
+                    **numbers,
+                )
+            )
     return rows

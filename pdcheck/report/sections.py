@@ -75,7 +75,9 @@ def overall_line(summary: dict[str, Any], rows: Sequence[ResultRow]) -> str:
     for row in rows:
         verdicts[row.verdict] = verdicts.get(row.verdict, 0) + 1
     text = f"**Overall: {word}** · {len(rows)} results: " + ", ".join(parts or ["none"])
-    text += " (" + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + ")" if verdicts else ""
+    text += (
+        " (" + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + ")" if verdicts else ""
+    )
     race = summary.get("race")
     if race is not None:
         text += f" · race harness: {race.get('status', '?')}"
@@ -93,20 +95,27 @@ def _gpus(environment: dict[str, Any]) -> str:
     return ", ".join(f"{n}× {name}" for name, n in names.items())
 
 
-def environment_section(environment: dict[str, Any], *, dataset_sha256: str | None,
-                        arm_fixes: dict[str, tuple[str, ...]]) -> str:
+def environment_section(
+    environment: dict[str, Any],
+    *,
+    dataset_sha256: str | None,
+    arm_fixes: dict[str, tuple[str, ...]],
+) -> str:
     """What ran: vLLM, hardware, nixl, pdcheck, data, and which race fixes this vLLM has."""
     if environment.get("attached"):
-        return "\n".join([
-            "- servers: attached by URL (`--baseline-url`/`--pd-url`); pdcheck did not start them, so "
-            "their vLLM version, hardware and race fixes are not known here",
-            f"- pdcheck: {environment.get('pdcheck_version') or __version__}",
-            f"- dataset sha256: `{dataset_sha256 or 'unknown'}`",
-        ])
+        return "\n".join(
+            [
+                "- servers: attached by URL (`--baseline-url`/`--pd-url`); pdcheck did not start them, so "
+                "their vLLM version, hardware and race fixes are not known here",
+                f"- pdcheck: {environment.get('pdcheck_version') or __version__}",
+                f"- dataset sha256: `{dataset_sha256 or 'unknown'}`",
+            ]
+        )
     vllm = environment.get("vllm") or {}
     fixes: dict[str, bool | None] = vllm.get("fixes") or {}
     fix_text = ", ".join(
-        f"{name} {'present' if has else ('absent' if has is False else 'unknown')}" for name, has in fixes.items()
+        f"{name} {'present' if has else ('absent' if has is False else 'unknown')}"
+        for name, has in fixes.items()
     )
     lines = [
         f"- vLLM: {vllm.get('vllm_version') or 'not found'} ({vllm.get('vllm_dist') or '?'}), "
@@ -128,13 +137,25 @@ def environment_section(environment: dict[str, Any], *, dataset_sha256: str | No
 
 
 def _config(row: ResultRow) -> str:
-    return f"`{row.cell}`" + (" 🐤 canary" if row.canary else " (canary arm as a control: must PASS)" if row.control else "")
+    return f"`{row.cell}`" + (
+        " 🐤 canary"
+        if row.canary
+        else " (canary arm as a control: must PASS)"
+        if row.control
+        else ""
+    )
 
 
 def _verdict(row: ResultRow) -> str:
     text = f"{STATUS_MARK.get(row.status, '')} **{row.verdict}**"
     if row.canary:
-        text += " (canary flagged)" if row.status == "pass" else " (canary NOT flagged)" if row.status == "fail" else ""
+        text += (
+            " (canary flagged)"
+            if row.status == "pass"
+            else " (canary NOT flagged)"
+            if row.status == "fail"
+            else ""
+        )
     return text
 
 
@@ -155,14 +176,26 @@ def _count(value: int | None) -> str:
 
 
 RESULT_COLUMNS = (
-    "Config", "c", "Baseline acc", "PD acc", "Δ pts (95% CI)", "p", "Δinvalid pts", "Greedy agree",
-    "KV tokens", "Verdict",
+    "Config",
+    "c",
+    "Baseline acc",
+    "PD acc",
+    "Δ pts (95% CI)",
+    "p",
+    "Δinvalid pts",
+    "Greedy agree",
+    "KV tokens",
+    "Verdict",
 )
 COMPACT_COLUMNS = ("Config", "c", "Baseline acc", "PD acc", "Verdict")
 
 
-def results_table(rows: Sequence[ResultRow], *, before: dict[tuple[str, int], str] | None = None,
-                  compact: bool = False) -> str:
+def results_table(
+    rows: Sequence[ResultRow],
+    *,
+    before: dict[tuple[str, int], str] | None = None,
+    compact: bool = False,
+) -> str:
     """The table maintainers ask for, one row per cell and concurrency; every verdict is a row.
 
     `before` adds a column with the other run's verdict and accuracy (`--against`).
@@ -173,11 +206,24 @@ def results_table(rows: Sequence[ResultRow], *, before: dict[tuple[str, int], st
     body = []
     for row in rows:
         if compact:
-            line = [_config(row), str(row.concurrency), _baseline(row), pct(row.pd_accuracy), _verdict(row)]
+            line = [
+                _config(row),
+                str(row.concurrency),
+                _baseline(row),
+                pct(row.pd_accuracy),
+                _verdict(row),
+            ]
         else:
             line = [
-                _config(row), str(row.concurrency), _baseline(row), pct(row.pd_accuracy), _delta(row),
-                p_value(row.p_value), pts(row.delta_invalid_pts), pct(row.agreement), _count(row.kv_tokens),
+                _config(row),
+                str(row.concurrency),
+                _baseline(row),
+                pct(row.pd_accuracy),
+                _delta(row),
+                p_value(row.p_value),
+                pts(row.delta_invalid_pts),
+                pct(row.agreement),
+                _count(row.kv_tokens),
                 _verdict(row),
             ]
         if before is not None:
@@ -195,28 +241,41 @@ def _snippet(text: str, limit: int = 240) -> str:
 
 def _divergence_table(question: DivergentQuestion) -> str:
     margin = "unknown" if question.margin_nats is None else f"{question.margin_nats:.2f} nats"
-    header = (f"Question {question.index}: first divergence at token {question.token_position} "
-              f"(`{question.baseline_token!r}` vs `{question.pd_token!r}`), baseline top-2 margin {margin}, "
-              f"{question.grade}")
-    rows = [[
-        ("✓ " if question.baseline_correct else "✗ ") + _snippet(question.baseline_text),
-        ("✓ " if question.pd_correct else "✗ ") + _snippet(question.pd_text),
-    ]]
+    header = (
+        f"Question {question.index}: first divergence at token {question.token_position} "
+        f"(`{question.baseline_token!r}` vs `{question.pd_token!r}`), baseline top-2 margin {margin}, "
+        f"{question.grade}"
+    )
+    rows = [
+        [
+            ("✓ " if question.baseline_correct else "✗ ") + _snippet(question.baseline_text),
+            ("✓ " if question.pd_correct else "✗ ") + _snippet(question.pd_text),
+        ]
+    ]
     return header + "\n\n" + table(["baseline", "PD"], rows)
 
 
-def failure_details(row: ResultRow, *, questions: Sequence[DivergentQuestion], tails: Sequence[LogTail],
-                    rerun: str) -> str:
+def failure_details(
+    row: ResultRow, *, questions: Sequence[DivergentQuestion], tails: Sequence[LogTail], rerun: str
+) -> str:
     """A collapsed block with the evidence for one failing result."""
-    parts = [f"<details><summary><code>{row.cell}</code> c{row.concurrency}: {row.verdict} — "
-             f"{cell_text(row.reason)}</summary>", ""]
+    parts = [
+        f"<details><summary><code>{row.cell}</code> c{row.concurrency}: {row.verdict} — "
+        f"{cell_text(row.reason)}</summary>",
+        "",
+    ]
     if questions:
         parts.append("**First diverging questions** (repeat 0)")
         parts += ["", *(_divergence_table(q) + "\n" for q in questions)]
     else:
         parts += ["No diverging question was recorded for this result.", ""]
     for tail in tails:
-        parts += [f"Log [`{tail.path}`]({tail.path}), last {len(tail.lines)} lines:", "", *fenced(tail.lines), ""]
+        parts += [
+            f"Log [`{tail.path}`]({tail.path}), last {len(tail.lines)} lines:",
+            "",
+            *fenced(tail.lines),
+            "",
+        ]
     parts += ["Rerun this cell:", "", *fenced([rerun], "sh"), "", "</details>"]
     return "\n".join(parts)
 
@@ -231,19 +290,33 @@ def failure_line(row: ResultRow, *, rerun: str, first: DivergentQuestion | None)
     return text
 
 
-def methodology_section(*, alpha: float | None, margin_pts: float | None, tie_epsilon_nats: float | None,
-                        mde_pts: Sequence[float]) -> str:
+def methodology_section(
+    *,
+    alpha: float | None,
+    margin_pts: float | None,
+    tie_epsilon_nats: float | None,
+    mde_pts: Sequence[float],
+) -> str:
     """Three lines: the test, the decision thresholds, the power."""
-    mde = (f"{min(mde_pts):.1f}–{max(mde_pts):.1f} pts" if len(set(mde_pts)) > 1 else f"{mde_pts[0]:.1f} pts") \
-        if mde_pts else "not computed"
-    return "\n".join([
-        "- Test: each PD run is paired question by question with its same-run no-PD baseline; "
-        "Δ = PD − baseline accuracy with a 95% paired CI (Tango's score interval) and an exact "
-        "one-sided McNemar p-value on the discordant pairs.",
-        f"- REGRESSION needs p < α = {alpha if alpha is not None else '?'} and a drop larger than the margin "
-        f"({margin_pts if margin_pts is not None else '?'} pts); SUSPECT means significantly more greedy "
-        f"divergences than the control beyond near-ties (ε = {tie_epsilon_nats if tie_epsilon_nats is not None else '?'} nats); "
-        "canaries must be flagged.",
-        f"- Minimum detectable effect at this n (power 0.8): {mde}; when the margin is below it the "
-        "verdict is INCONCLUSIVE, not PASS.",
-    ])
+    mde = (
+        (
+            f"{min(mde_pts):.1f}–{max(mde_pts):.1f} pts"
+            if len(set(mde_pts)) > 1
+            else f"{mde_pts[0]:.1f} pts"
+        )
+        if mde_pts
+        else "not computed"
+    )
+    return "\n".join(
+        [
+            "- Test: each PD run is paired question by question with its same-run no-PD baseline; "
+            "Δ = PD − baseline accuracy with a 95% paired CI (Tango's score interval) and an exact "
+            "one-sided McNemar p-value on the discordant pairs.",
+            f"- REGRESSION needs p < α = {alpha if alpha is not None else '?'} and a drop larger than the margin "
+            f"({margin_pts if margin_pts is not None else '?'} pts); SUSPECT means significantly more greedy "
+            f"divergences than the control beyond near-ties (ε = {tie_epsilon_nats if tie_epsilon_nats is not None else '?'} nats); "
+            "canaries must be flagged.",
+            f"- Minimum detectable effect at this n (power 0.8): {mde}; when the margin is below it the "
+            "verdict is INCONCLUSIVE, not PASS.",
+        ]
+    )

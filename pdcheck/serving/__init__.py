@@ -9,7 +9,14 @@ from pdcheck.serving.argv import build_env, build_serve_argv
 from pdcheck.serving.metrics import KvTransferMetrics, require_kv_transferred, scrape_kv_metrics
 from pdcheck.serving.plan import TopologyPlan, plan_topology
 from pdcheck.serving.proxy import PdProxy, ProxyServer
-from pdcheck.serving.topology import Endpoints, attach, serve_baseline, serve_pd, serve_prefills, serve_topology
+from pdcheck.serving.topology import (
+    Endpoints,
+    attach,
+    serve_baseline,
+    serve_pd,
+    serve_prefills,
+    serve_topology,
+)
 
 __all__ = [
     "Endpoints",

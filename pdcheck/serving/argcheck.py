@@ -69,7 +69,7 @@ def serve_args_of(argv: Sequence[str]) -> list[str]:
     argv = list(argv)
     if "serve" not in argv:
         raise ValueError(f"not a `vllm serve` command line: {argv[:4]}...")
-    return argv[argv.index("serve") + 1:]
+    return argv[argv.index("serve") + 1 :]
 
 
 def check_serve_argv(argv: Sequence[str], python: str, *, timeout_s: float = 180.0) -> list[str]:
@@ -80,13 +80,17 @@ def check_serve_argv(argv: Sequence[str], python: str, *, timeout_s: float = 180
     return check_serve_argvs([argv], python, timeout_s=timeout_s)[0]
 
 
-def check_serve_argvs(argvs: Sequence[Sequence[str]], python: str, *, timeout_s: float = 180.0) -> list[list[str]]:
+def check_serve_argvs(
+    argvs: Sequence[Sequence[str]], python: str, *, timeout_s: float = 180.0
+) -> list[list[str]]:
     """`check_serve_argv` for several command lines with one vLLM import (10-20 s each saved)."""
     args = [serve_args_of(argv) for argv in argvs]
     try:
         proc = subprocess.run(
             [python, "-c", _CHECK, json.dumps(args), json.dumps(SERVE_PARSER_MODULES)],
-            capture_output=True, text=True, timeout=timeout_s,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
             env=_quiet_env(),
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -95,9 +99,16 @@ def check_serve_argvs(argvs: Sequence[Sequence[str]], python: str, *, timeout_s:
         if line.startswith("PDCHECK-RESULT "):
             return [list(p) for p in json.loads(line.removeprefix("PDCHECK-RESULT "))]
     tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
-    raise InfraError(f"vLLM's argument parser did not run in {python} (exit {proc.returncode}):\n{tail}")
+    raise InfraError(
+        f"vLLM's argument parser did not run in {python} (exit {proc.returncode}):\n{tail}"
+    )
 
 
 def _quiet_env() -> dict[str, str]:
     # Parsing only: keep vLLM from probing a hub or logging usage stats.
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_LOGGING_LEVEL": "ERROR",
+    }

@@ -101,7 +101,14 @@ def build_serve_argv(
     """The full argv of one server: launcher, `serve MODEL`, pdcheck's flags, model args, extra args."""
     prefix = list(launcher) if launcher is not None else launcher_argv(cell, platform=platform)
     head = [*prefix, "serve", resolve_model_path(cell.model.path)]
-    base = ["--host", cell.serving.host, "--port", str(port), "--tensor-parallel-size", str(tp_for(cell, role))]
+    base = [
+        "--host",
+        cell.serving.host,
+        "--port",
+        str(port),
+        "--tensor-parallel-size",
+        str(tp_for(cell, role)),
+    ]
     if role != "baseline":
         base += ["--kv-transfer-config", kv_transfer_config(cell, role=role)]
     # Explicit both ways: vLLM quietly turns a defaulted async off in some configurations, but
@@ -112,7 +119,13 @@ def build_serve_argv(
     if platform == "cpu":
         # Deterministic tiny-model defaults: float32 (bf16 flips greedy picks at near-ties),
         # eager (24 s to ready instead of ~60 s compiled), and a KV cache sized for 3 servers.
-        base += ["--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", str(CPU_KV_CACHE_BYTES)]
+        base += [
+            "--dtype",
+            "float32",
+            "--enforce-eager",
+            "--kv-cache-memory-bytes",
+            str(CPU_KV_CACHE_BYTES),
+        ]
     args = apply_overrides(base, cell.model.serve_args)
     args = apply_overrides(args, cell.serving.extra_serve_args)
     return head + apply_overrides(args, arm_serve_args(cell, role=role))
@@ -174,13 +187,17 @@ def build_env(
     env.update(cell.model.env)
     pdcheck_vars = plugin_env(cell, role=role, platform=platform, plugin_dir=plugin_dir)
     env.update(pdcheck_vars)
-    allowed = env.get("VLLM_PLUGINS", (os.environ if inherited is None else inherited).get("VLLM_PLUGINS"))
+    allowed = env.get(
+        "VLLM_PLUGINS", (os.environ if inherited is None else inherited).get("VLLM_PLUGINS")
+    )
     if needs_plugin(pdcheck_vars) and allowed is not None:
         env["VLLM_PLUGINS"] = with_pdcheck_plugin(allowed)
     return env
 
 
-def plugin_env(cell: Cell, *, role: Role, platform: Platform, plugin_dir: str | None) -> dict[str, str]:
+def plugin_env(
+    cell: Cell, *, role: Role, platform: Platform, plugin_dir: str | None
+) -> dict[str, str]:
     """pdcheck's plugin variables for one server, per the plugin env contract."""
     env: dict[str, str] = {}
     arm = cell.arm

@@ -26,7 +26,7 @@ def assign_gpus(needs: Sequence[tuple[str, int]], inventory: GpuInventory) -> li
     sets: list[tuple[str, ...]] = []
     start = 0
     for _, n in needs:
-        sets.append(tuple(devices[start:start + n]))
+        sets.append(tuple(devices[start : start + n]))
         start += n
     return sets
 
@@ -51,7 +51,7 @@ def _split(cores: list[int], parts: int) -> list[list[int]]:
     if parts > len(cores):
         return [cores] * parts
     size = len(cores) // parts
-    return [cores[i * size:(i + 1) * size] for i in range(parts)]
+    return [cores[i * size : (i + 1) * size] for i in range(parts)]
 
 
 def _core_range(cores: list[int]) -> str:

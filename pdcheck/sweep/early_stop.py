@@ -40,13 +40,23 @@ class UnitStopper:
             raise EarlyStopped(stop)
 
 
-def stopped_summary(records_path, stopped: EarlyStopped, *, task, settings, concurrency: int,
-                    model: str | None) -> dict[str, Any]:
+def stopped_summary(
+    records_path, stopped: EarlyStopped, *, task, settings, concurrency: int, model: str | None
+) -> dict[str, Any]:
     """The unit's summary from the records it has, plus the stop that ended it."""
     from pdcheck.evals.summary import summarize
 
     records = read_records(records_path)
-    summary = summarize(records, wall_s=None, dataset_sha256=task.sha256, task=task.task, style=settings.style,
-                        engine=settings.engine, limit=settings.limit, offset=settings.offset,
-                        concurrency=concurrency, model=model)
+    summary = summarize(
+        records,
+        wall_s=None,
+        dataset_sha256=task.sha256,
+        task=task.task,
+        style=settings.style,
+        engine=settings.engine,
+        limit=settings.limit,
+        offset=settings.offset,
+        concurrency=concurrency,
+        model=model,
+    )
     return summary.to_dict() | {"early_stop": stopped.stop.to_dict()}

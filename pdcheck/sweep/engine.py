@@ -27,8 +27,8 @@ from pdcheck.evals.records import read_records
 from pdcheck.sweep.backends import Backend, PdEndpoints
 from pdcheck.sweep.early_stop import EarlyStopped, UnitStopper, stopped_summary
 from pdcheck.sweep.events import EventSink, Progress
-from pdcheck.sweep.junit import render_junit
 from pdcheck.sweep.judging import judge_level, level_ready, skip_level
+from pdcheck.sweep.junit import render_junit
 from pdcheck.sweep.plan import Job, Placement, Unit, pack, plan_jobs
 from pdcheck.sweep.store import CellStore, RunResults, RunStore, donors, load_run
 from pdcheck.sweep.summary import summarize
@@ -57,8 +57,15 @@ class SweepResult:
 class Engine:
     """One sweep run over `cells` into `store`, with servers from `backend`."""
 
-    def __init__(self, cells: Sequence[Cell], *, store: RunStore, backend: Backend,
-                 options: SweepOptions = SweepOptions(), on_event: EventSink | None = None):
+    def __init__(
+        self,
+        cells: Sequence[Cell],
+        *,
+        store: RunStore,
+        backend: Backend,
+        options: SweepOptions = SweepOptions(),
+        on_event: EventSink | None = None,
+    ):
         self.cells = {c.id: c for c in cells}
         self.store = store
         self.backend = backend
@@ -86,29 +93,45 @@ class Engine:
                 self._tasks[key] = load_task(cell.eval)
             return self._tasks[key]
 
-    def run(self, *, before_finish: Callable[[], None] | None = None,
-            render_report: Callable[[RunResults], str] | None = None) -> SweepResult:
+    def run(
+        self,
+        *,
+        before_finish: Callable[[], None] | None = None,
+        render_report: Callable[[RunResults], str] | None = None,
+    ) -> SweepResult:
         """Run every pending unit, judge every cell, then `before_finish` (the race harness) and finish."""
         jobs = self.execute()
         if before_finish is not None:
             before_finish()
-        return self.finish(server_starts=self.progress.server_starts, jobs=jobs, render_report=render_report)
+        return self.finish(
+            server_starts=self.progress.server_starts, jobs=jobs, render_report=render_report
+        )
 
     def execute(self) -> int:
         """Run the plan's pending units and judge every cell; returns the number of jobs planned."""
         cells = list(self.cells.values())
-        jobs = plan_jobs(cells, reuse=self.options.reuse,
-                         build_fingerprint=lambda c: _fingerprint(self.backend.provenance(c)))
+        jobs = plan_jobs(
+            cells,
+            reuse=self.options.reuse,
+            build_fingerprint=lambda c: _fingerprint(self.backend.provenance(c)),
+        )
         waves = pack(jobs, gpu_indices=self.backend.gpu_indices)
         for cell in cells:
             self._task(cell)
             cs = self.cell_store(cell)
             cs.write_cell(
-                resolved=cell.resolved(), name=cell.name, cell_id=cell.id, baseline_key=cell.baseline_key(),
-                servers=self.backend.describe(cell, cell_dir=cs.dir), canary=cell.arm.canary)
+                resolved=cell.resolved(),
+                name=cell.name,
+                cell_id=cell.id,
+                baseline_key=cell.baseline_key(),
+                servers=self.backend.describe(cell, cell_dir=cs.dir),
+                canary=cell.arm.canary,
+            )
         self.progress.cells_total = len(cells)
         self.progress.questions_total = sum(self._questions(u) for j in jobs for u in j.units)
-        self.progress.emit("planned", f"{len(cells)} cells, {len(jobs)} topologies, {len(waves)} waves")
+        self.progress.emit(
+            "planned", f"{len(cells)} cells, {len(jobs)} topologies, {len(waves)} waves"
+        )
         try:
             for wave in waves:
                 if len(wave) == 1:
@@ -123,8 +146,13 @@ class Engine:
             self._judge_cell(cell)
         return len(jobs)
 
-    def finish(self, *, server_starts: int = 0, jobs: int = 0,
-               render_report: Callable[[RunResults], str] | None = None) -> SweepResult:
+    def finish(
+        self,
+        *,
+        server_starts: int = 0,
+        jobs: int = 0,
+        render_report: Callable[[RunResults], str] | None = None,
+    ) -> SweepResult:
         """junit.xml and report.md from the store, then summary.json last (its presence means finished)."""
         results = load_run(self.store.root)
         summary = summarize(results)
@@ -133,7 +161,9 @@ class Engine:
             self.store.write_report(render_report(results))
         self.store.finish(summary)
         self.progress.emit("finished", f"exit code {summary['exit_code']}")
-        return SweepResult(self.store.root, ExitCode(summary["exit_code"]), summary, server_starts, jobs)
+        return SweepResult(
+            self.store.root, ExitCode(summary["exit_code"]), summary, server_starts, jobs
+        )
 
     def _questions(self, unit: Unit) -> int:
         cell = self.cells[unit.cell_id]
@@ -144,8 +174,12 @@ class Engine:
 
     def _pending(self, job: Job) -> list[Unit]:
         cs = self.cell_store(job.cell)
-        return [u for u in job.units if not cs.unit_done(u.side, u.concurrency, u.repeat)
-                and (u.cell_id, u.concurrency) not in self._stopped]
+        return [
+            u
+            for u in job.units
+            if not cs.unit_done(u.side, u.concurrency, u.repeat)
+            and (u.cell_id, u.concurrency) not in self._stopped
+        ]
 
     def _run_job(self, placement: Placement) -> None:
         job = placement.job
@@ -155,7 +189,9 @@ class Engine:
             self._adopt_baseline(job, cs)
         pending = self._pending(job)
         with self._lock:
-            self.progress.questions_done += sum(self._questions(u) for u in job.units if u not in pending)
+            self.progress.questions_done += sum(
+                self._questions(u) for u in job.units if u not in pending
+            )
         if pending:
             self._set(cell, f"starting {job.side} servers")
             try:
@@ -165,14 +201,16 @@ class Engine:
                         for unit in pending:
                             self._run_unit(cell, cs, unit, url, None)
                 else:
-                    with self.backend.pd(cell, gpus=placement.gpus, cell_dir=cs.dir, prefill_key=job.prefill_key) as endpoints:
+                    with self.backend.pd(
+                        cell, gpus=placement.gpus, cell_dir=cs.dir, prefill_key=job.prefill_key
+                    ) as endpoints:
                         self._count_start()
                         for unit in self._pending(job):
                             if (unit.cell_id, unit.concurrency) in self._stopped:
                                 continue  # an earlier level of this cell was flagged (early stop)
                             self._run_unit(cell, cs, unit, endpoints.url, endpoints)
                             self._judge_cell(cell, only=unit.concurrency)
-            except Exception as exc:  # noqa: BLE001 - recorded in failure.json; the sweep goes on
+            except Exception as exc:
                 if not self.options.continue_on_error:
                     raise
                 logger.warning("%s failed: %s", job.label, exc)
@@ -191,8 +229,9 @@ class Engine:
                 continue
             source = self.store.cell(donor.dirname, donor.provenance)
             for unit in job.units:
-                if not cs.unit_done("baseline", unit.concurrency, unit.repeat) and \
-                        source.unit_done("baseline", unit.concurrency, unit.repeat):
+                if not cs.unit_done("baseline", unit.concurrency, unit.repeat) and source.unit_done(
+                    "baseline", unit.concurrency, unit.repeat
+                ):
                     cs.copy_baseline_unit(source, unit.concurrency, unit.repeat)
 
     def _share_baseline(self, job: Job, source: CellStore) -> None:
@@ -206,7 +245,9 @@ class Engine:
                     continue
                 target.copy_unit_failure(source, "baseline", unit.concurrency, unit.repeat)
 
-    def _run_unit(self, cell: Cell, cs: CellStore, unit: Unit, url: str, endpoints: PdEndpoints | None) -> None:
+    def _run_unit(
+        self, cell: Cell, cs: CellStore, unit: Unit, url: str, endpoints: PdEndpoints | None
+    ) -> None:
         from pdcheck.evals import run_eval
 
         self._set(cell, f"eval {unit.side} c{unit.concurrency} r{unit.repeat}")
@@ -224,22 +265,41 @@ class Engine:
 
         try:
             summary = run_eval(
-                url, self._task(cell), settings=cell.eval, concurrency=unit.concurrency, out_path=records_path,
-                model=model, run_tag=unit.run_tag, on_record=on_record,
+                url,
+                self._task(cell),
+                settings=cell.eval,
+                concurrency=unit.concurrency,
+                out_path=records_path,
+                model=model,
+                run_tag=unit.run_tag,
+                on_record=on_record,
             ).to_dict()
         except EarlyStopped as stopped:
-            summary = stopped_summary(records_path, stopped, task=self._task(cell), settings=cell.eval,
-                                      concurrency=unit.concurrency, model=model)
-            self.progress.emit("verdict", f"{cell.name} c{unit.concurrency}: early stop ({stopped.stop.reason})")
+            summary = stopped_summary(
+                records_path,
+                stopped,
+                task=self._task(cell),
+                settings=cell.eval,
+                concurrency=unit.concurrency,
+                model=model,
+            )
+            self.progress.emit(
+                "verdict", f"{cell.name} c{unit.concurrency}: early stop ({stopped.stop.reason})"
+            )
         if endpoints is not None:
             endpoints.check_alive()
             after = _scrape(endpoints)
-            evidence = _kv_delta(before, after, endpoints) | {"injections": _injections(endpoints, unit.run_tag)}
+            evidence = _kv_delta(before, after, endpoints) | {
+                "injections": _injections(endpoints, unit.run_tag)
+            }
             cs.write_kv(unit.concurrency, unit.repeat, evidence)
         cs.write_unit_summary(unit.side, unit.concurrency, unit.repeat, summary)
         accuracy = "n/a" if summary["accuracy"] is None else f"{summary['accuracy']:.3f}"
-        self.progress.emit("unit-done", f"{cell.name} {unit.side} c{unit.concurrency} r{unit.repeat}: "
-                                        f"accuracy {accuracy} ({summary['n']} questions)")
+        self.progress.emit(
+            "unit-done",
+            f"{cell.name} {unit.side} c{unit.concurrency} r{unit.repeat}: "
+            f"accuracy {accuracy} ({summary['n']} questions)",
+        )
 
     def _stopper(self, cell: Cell, cs: CellStore, unit: Unit) -> UnitStopper | None:
         """With early stop, a PD unit whose baseline is done is checked as its records arrive."""
@@ -268,13 +328,17 @@ class Engine:
                 self._judged[(cell.id, c)] = outcome.verdict
                 self.progress.verdicts[outcome.verdict] += 1
                 self.progress.cells_done = sum(
-                    all((k.id, level) in self._judged for level in k.concurrency) for k in self.cells.values())
+                    all((k.id, level) in self._judged for level in k.concurrency)
+                    for k in self.cells.values()
+                )
             self.progress.emit("verdict", f"{cell.name} c{c}: {outcome.verdict} ({outcome.reason})")
             early_stop = self.options.early_stop or cell.analysis.early_stop
             if early_stop and outcome.verdict in ("REGRESSION", "SUSPECT"):
                 for later in cell.concurrency:
                     if later > c:
-                        self._stopped.setdefault((cell.id, later), f"early stop: c{c} was {outcome.verdict}")
+                        self._stopped.setdefault(
+                            (cell.id, later), f"early stop: c{c} was {outcome.verdict}"
+                        )
 
     def _set(self, cell: Cell, phase: str) -> None:
         self.progress.current_cell = cell.name
@@ -298,7 +362,7 @@ def _scrape(endpoints: PdEndpoints) -> list[Any]:
 
 def _kv_delta(before: list[Any] | None, after: list[Any], endpoints: PdEndpoints) -> dict[str, Any]:
     """Per-decoder deltas over the unit; an empty list means no metrics URL (attach without one)."""
-    deltas = [a.minus(b).to_dict() for a, b in zip(after, before or [])]
+    deltas = [a.minus(b).to_dict() for a, b in zip(after, before or [], strict=False)]
     return {"decoders": deltas, "metrics_urls": list(endpoints.decoder_metrics_urls)}
 
 

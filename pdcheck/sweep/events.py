@@ -61,9 +61,18 @@ class Progress:
     def emit(self, kind: str, message: str = "") -> None:
         if self.on_event is None:
             return
-        self.on_event(SweepEvent(
-            kind=kind, message=message, cells_done=self.cells_done, cells_total=self.cells_total,
-            current_cell=self.current_cell, phase=self.phase, questions_done=self.questions_done,
-            questions_total=self.questions_total, elapsed_s=time.monotonic() - self.started,
-            verdicts=dict(self.verdicts), server_starts=self.server_starts,
-        ))
+        self.on_event(
+            SweepEvent(
+                kind=kind,
+                message=message,
+                cells_done=self.cells_done,
+                cells_total=self.cells_total,
+                current_cell=self.current_cell,
+                phase=self.phase,
+                questions_done=self.questions_done,
+                questions_total=self.questions_total,
+                elapsed_s=time.monotonic() - self.started,
+                verdicts=dict(self.verdicts),
+                server_starts=self.server_starts,
+            )
+        )

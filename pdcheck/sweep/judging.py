@@ -33,35 +33,63 @@ def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
     failed = [u for u in units if not u.done]
     if failed:
         first = failed[0]
-        why = (f"{first.failure.error_type} in {first.side} c{concurrency}: {first.failure.message.splitlines()[0]}"
-               if first.failure else f"{first.side} c{concurrency} did not finish")
-        return _record(cell, cs, concurrency, comparison=None,
-                       verdict={"verdict": INFRA_ERROR, "reason": why})
+        why = (
+            f"{first.failure.error_type} in {first.side} c{concurrency}: {first.failure.message.splitlines()[0]}"
+            if first.failure
+            else f"{first.side} c{concurrency} did not finish"
+        )
+        return _record(
+            cell, cs, concurrency, comparison=None, verdict={"verdict": INFRA_ERROR, "reason": why}
+        )
     pd = {u.repeat: u.records() for u in units if u.side == "pd"}
     asked = {r.index for r in pd[0]}
     # An early-stopped PD unit answered fewer questions: pair the baseline over those only.
-    baseline = {u.repeat: [r for r in u.records() if r.index in asked] for u in units if u.side == "baseline"}
-    stop = next((u.summary.get("early_stop") for u in units if u.side == "pd" and u.summary.get("early_stop")), None)
+    baseline = {
+        u.repeat: [r for r in u.records() if r.index in asked]
+        for u in units
+        if u.side == "baseline"
+    }
+    stop = next(
+        (
+            u.summary.get("early_stop")
+            for u in units
+            if u.side == "pd" and u.summary.get("early_stop")
+        ),
+        None,
+    )
     policy = cell.analysis
     comparison = compare_paired(
-        baseline[0], pd[0], alpha=policy.alpha, tie_epsilon_nats=policy.tie_epsilon_nats,
+        baseline[0],
+        pd[0],
+        alpha=policy.alpha,
+        tie_epsilon_nats=policy.tie_epsilon_nats,
         margin_pts=policy.margin_pts,
         baseline_repeats=tuple(baseline[r] for r in sorted(baseline) if r != 0),
         pd_repeats=tuple(pd[r] for r in sorted(pd) if r != 0),
-        expected_accuracy=cell.model.expected_accuracy, expected_rtol=cell.model.expected_rtol,
+        expected_accuracy=cell.model.expected_accuracy,
+        expected_rtol=cell.model.expected_rtol,
     )
-    verdict = decide(comparison, policy=policy, kv_transferred_tokens=kv_tokens(result.kv, concurrency)).to_dict()
+    verdict = decide(
+        comparison, policy=policy, kv_transferred_tokens=kv_tokens(result.kv, concurrency)
+    ).to_dict()
     if stop is not None and verdict["verdict"] != INFRA_ERROR:
         # The sequential test's call is valid at any stopping time; the fixed-n power rule is not.
         verdict |= {"verdict": stop["verdict"], "reason": f"early stop: {stop['reason']}"}
     injection = None
     if cell.arm.inject is not None:
-        injection = _injection_precision(comparison, result.kv.get((concurrency, 0), {}),
-                                         run_tag=Unit(cell.id, "pd", concurrency, 0).run_tag)
-    return _record(cell, cs, concurrency, comparison=comparison.to_dict(), verdict=verdict, injection=injection)
+        injection = _injection_precision(
+            comparison,
+            result.kv.get((concurrency, 0), {}),
+            run_tag=Unit(cell.id, "pd", concurrency, 0).run_tag,
+        )
+    return _record(
+        cell, cs, concurrency, comparison=comparison.to_dict(), verdict=verdict, injection=injection
+    )
 
 
-def _injection_precision(comparison, evidence: dict[str, Any], *, run_tag: str) -> dict[str, Any] | None:
+def _injection_precision(
+    comparison, evidence: dict[str, Any], *, run_tag: str
+) -> dict[str, Any] | None:
     """Which injected questions the agreement check flagged (corruption-grade divergences)."""
     from pdcheck.analysis import injection_precision
 
@@ -76,7 +104,9 @@ def _injection_precision(comparison, evidence: dict[str, Any], *, run_tag: str) 
 def skip_level(cell: Cell, cs: CellStore, concurrency: int, *, reason: str) -> Outcome:
     """A level not run because an earlier one was flagged (early stop): it carries that verdict."""
     verdict = reason.rsplit(" was ", 1)[-1]
-    return _record(cell, cs, concurrency, comparison=None, verdict={"verdict": verdict, "reason": reason})
+    return _record(
+        cell, cs, concurrency, comparison=None, verdict={"verdict": verdict, "reason": reason}
+    )
 
 
 def judge_expected(cell: Cell, concurrency: int, verdict: str, reason: str) -> Outcome:
@@ -100,9 +130,21 @@ def kv_tokens(kv: dict[tuple[int, int], dict[str, Any]], concurrency: int) -> in
     return total
 
 
-def _record(cell: Cell, cs: CellStore, concurrency: int, *, comparison: dict | None, verdict: dict,
-            injection: dict | None = None) -> Outcome:
+def _record(
+    cell: Cell,
+    cs: CellStore,
+    concurrency: int,
+    *,
+    comparison: dict | None,
+    verdict: dict,
+    injection: dict | None = None,
+) -> Outcome:
     outcome = judge_expected(cell, concurrency, verdict["verdict"], verdict.get("reason", ""))
-    cs.write_verdict(concurrency, comparison=comparison, verdict=verdict, outcome=outcome.to_dict(),
-                     injection=injection)
+    cs.write_verdict(
+        concurrency,
+        comparison=comparison,
+        verdict=verdict,
+        outcome=outcome.to_dict(),
+        injection=injection,
+    )
     return outcome

@@ -14,13 +14,19 @@ def render_junit(results: RunResults) -> str:
     suite = ET.Element("testsuite", name=f"pdcheck.{sweep}")
     # Which pdcheck judged the run, as every report says (the run's own stamp, not this process's).
     properties = ET.SubElement(suite, "properties")
-    ET.SubElement(properties, "property", name="pdcheck_version",
-                  value=str(results.info.environment.get("pdcheck_version") or "unknown"))
+    ET.SubElement(
+        properties,
+        "property",
+        name="pdcheck_version",
+        value=str(results.info.environment.get("pdcheck_version") or "unknown"),
+    )
     tests = failures = errors = skipped = 0
     for cell in results.cells:
         for concurrency, outcome in cell_outcomes(cell):
             tests += 1
-            case = ET.SubElement(suite, "testcase", classname=f"{sweep}.{cell.name}", name=f"c{concurrency}")
+            case = ET.SubElement(
+                suite, "testcase", classname=f"{sweep}.{cell.name}", name=f"c{concurrency}"
+            )
             message = f"{outcome.verdict}: {outcome.reason}"
             if outcome.status == "fail":
                 failures += 1
@@ -49,4 +55,6 @@ def render_junit(results: RunResults) -> str:
     suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))
     ET.indent(suite)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+    )

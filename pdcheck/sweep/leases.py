@@ -32,8 +32,14 @@ def _alive(pid: int) -> bool:
 
 
 class GpuLeases:
-    def __init__(self, path: Path, indices: Sequence[int], *, poll_s: float = 2.0,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        path: Path,
+        indices: Sequence[int],
+        *,
+        poll_s: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.path = Path(path)
         self.indices = tuple(indices)
         self.poll_s = poll_s

@@ -13,12 +13,20 @@ from pathlib import Path
 
 from pdcheck.errors import ConfigError
 from pdcheck.sweep.junit import render_junit
-from pdcheck.sweep.store import Provenance, RunResults, RunStore, load_run, read_json, write_json_atomic
+from pdcheck.sweep.store import (
+    Provenance,
+    RunResults,
+    RunStore,
+    load_run,
+    read_json,
+    write_json_atomic,
+)
 from pdcheck.sweep.summary import summarize
 
 
-def merge_runs(sources: Sequence[Path], out: Path, *,
-               render_report: Callable[[RunResults], str] | None = None) -> RunResults:
+def merge_runs(
+    sources: Sequence[Path], out: Path, *, render_report: Callable[[RunResults], str] | None = None
+) -> RunResults:
     """Copy every shard's cells (and the race summary) into `out`, then write junit, report and summary."""
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out} already holds files; merge into a new folder")
@@ -30,12 +38,16 @@ def merge_runs(sources: Sequence[Path], out: Path, *,
         runs.append(run)
     shas = {r["sweep"].get("sha256") for r in runs}
     if len(shas) > 1:
-        raise ConfigError("the folders come from different sweep files (sha256 differs); merge shards of one sweep")
+        raise ConfigError(
+            "the folders come from different sweep files (sha256 differs); merge shards of one sweep"
+        )
     owner: dict[str, Path] = {}
     for src in sources:
         for cell in sorted((Path(src) / "cells").glob("*--*")):
             if cell.name in owner:
-                raise ConfigError(f"cell {cell.name} is in both {owner[cell.name]} and {src}; each cell must come from one shard")
+                raise ConfigError(
+                    f"cell {cell.name} is in both {owner[cell.name]} and {src}; each cell must come from one shard"
+                )
             owner[cell.name] = Path(src)
     out.mkdir(parents=True, exist_ok=True)
     for name, src in owner.items():
@@ -45,10 +57,14 @@ def merge_runs(sources: Sequence[Path], out: Path, *,
         if race.is_dir() and not (out / "race").exists():
             shutil.copytree(race, out / "race")
     first = runs[0]
-    merged = dict(first, finished=max((r.get("finished") or "" for r in runs), default=None) or None, shard=None,
-                  started=min(r.get("started") or "" for r in runs),
-                  merged_from=[str(s) for s in sources],
-                  shards=[r.get("shard") for r in runs])
+    merged = dict(
+        first,
+        finished=max((r.get("finished") or "" for r in runs), default=None) or None,
+        shard=None,
+        started=min(r.get("started") or "" for r in runs),
+        merged_from=[str(s) for s in sources],
+        shards=[r.get("shard") for r in runs],
+    )
     merged["sweep"] = dict(first["sweep"], cells=sorted(owner), selection=None)
     write_json_atomic(out / "run.json", merged)
     store = RunStore(out, Provenance.from_stamp(first))

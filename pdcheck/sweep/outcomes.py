@@ -15,7 +15,13 @@ from typing import Any, Literal
 from pdcheck.errors import ExitCode
 
 # The analysis layer's Verdict values, as the store writes them.
-PASS, REGRESSION, SUSPECT, INCONCLUSIVE, INFRA_ERROR = "PASS", "REGRESSION", "SUSPECT", "INCONCLUSIVE", "INFRA-ERROR"
+PASS, REGRESSION, SUSPECT, INCONCLUSIVE, INFRA_ERROR = (
+    "PASS",
+    "REGRESSION",
+    "SUSPECT",
+    "INCONCLUSIVE",
+    "INFRA-ERROR",
+)
 FLAGGED = (REGRESSION, SUSPECT)
 
 Status = Literal["pass", "fail", "infra", "inconclusive"]
@@ -40,8 +46,12 @@ def judge(verdict: str, reason: str, *, canary: bool) -> Outcome:
     if canary:
         if verdict in FLAGGED:
             return Outcome("pass", verdict, canary, f"canary flagged as expected: {reason}")
-        return Outcome("fail", verdict, canary,
-                       f"canary NOT flagged ({verdict}): the suite lost its detection power; {reason}")
+        return Outcome(
+            "fail",
+            verdict,
+            canary,
+            f"canary NOT flagged ({verdict}): the suite lost its detection power; {reason}",
+        )
     if verdict in FLAGGED:
         return Outcome("fail", verdict, canary, reason)
     if verdict == INCONCLUSIVE:

@@ -93,7 +93,9 @@ def pd_server_key(cell: Cell) -> str:
 def prefill_key(cell: Cell) -> str:
     """Like `pd_server_key` without what acts on the decoder only (injections)."""
     data = {k: v for k, v in cell.resolved().items() if k not in _CLIENT_FIELDS}
-    data["arm"] = {k: v for k, v in data["arm"].items() if k not in ("name", "canary", "inject", "inject_seed")}
+    data["arm"] = {
+        k: v for k, v in data["arm"].items() if k not in ("name", "canary", "inject", "inject_seed")
+    }
     return _digest(data)
 
 
@@ -117,7 +119,9 @@ def plan_jobs(
     if not reuse:
         return [
             Job(side, f"{cell.id}/{unit.side}/c{unit.concurrency}/r{unit.repeat}", cell, (unit,))
-            for cell in cells for side in SIDES for unit in cell_units(cell, side)
+            for cell in cells
+            for side in SIDES
+            for unit in cell_units(cell, side)
         ]
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
@@ -125,17 +129,29 @@ def plan_jobs(
     jobs: list[Job] = []
     for key, members in groups.items():
         owner = members[0]
-        jobs.append(Job("baseline", key, owner, cell_units(owner, "baseline"), shares=tuple(members[1:])))
+        jobs.append(
+            Job("baseline", key, owner, cell_units(owner, "baseline"), shares=tuple(members[1:]))
+        )
         # Stable sort: cells keep sweep order within one prefill configuration.
         first_seen = {}
         for cell in members:
             first_seen.setdefault(prefill_key(cell), len(first_seen))
         for cell in sorted(members, key=lambda c: first_seen[prefill_key(c)]):
-            jobs.append(Job("pd", pd_server_key(cell), cell, cell_units(cell, "pd"), prefill_key=prefill_key(cell)))
+            jobs.append(
+                Job(
+                    "pd",
+                    pd_server_key(cell),
+                    cell,
+                    cell_units(cell, "pd"),
+                    prefill_key=prefill_key(cell),
+                )
+            )
     return jobs
 
 
-def distinct_server_configs(cells: Sequence[Cell], *, build_fingerprint: Callable[[Cell], str] = lambda c: "") -> int:
+def distinct_server_configs(
+    cells: Sequence[Cell], *, build_fingerprint: Callable[[Cell], str] = lambda c: ""
+) -> int:
     """How many different topologies the cells need: the lower bound on server starts."""
     keys = {f"b:{c.baseline_key()}:{build_fingerprint(c)}" for c in cells}
     keys |= {f"p:{pd_server_key(c)}" for c in cells}
@@ -161,7 +177,7 @@ def pack(jobs: Sequence[Job], *, gpu_indices: Sequence[int]) -> list[list[Placem
     waves: list[list[Placement]] = []
     free: list[list[int]] = []
     for job in jobs:
-        for wave, available in zip(waves, free):
+        for wave, available in zip(waves, free, strict=True):  # noqa: B007 (the for-else uses it)
             if len(available) >= job.gpus_needed:
                 break
         else:

@@ -49,7 +49,11 @@ class CellItem(pytest.Item):
         else:
             self._run_on_leased_devices(store)
         outcomes = cell_outcomes(load_cell(store.root / "cells" / self.cell.dirname))
-        bad = [f"c{c}: {o.verdict} ({o.status}): {o.reason}" for c, o in outcomes if o.status in ("fail", "infra")]
+        bad = [
+            f"c{c}: {o.verdict} ({o.status}): {o.reason}"
+            for c, o in outcomes
+            if o.status in ("fail", "infra")
+        ]
         for c, o in outcomes:
             self.user_properties.append((f"c{c}", f"{o.verdict}: {o.reason}"))
         if bad:
@@ -100,10 +104,20 @@ def open_store(config) -> RunStore:
         path = Path(config.getoption("pdcheck_sweep"))
         spec = load_sweep(path)
         return RunStore.create(
-            root, provenance=Provenance(vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit")),
+            root,
+            provenance=Provenance(
+                vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit")
+            ),
             environment=environment,
-            sweep={"name": spec.name, "file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                   "selection": {"only": list(config.getoption("pdcheck_only") or ()), "runner": "pytest"}},
+            sweep={
+                "name": spec.name,
+                "file": str(path),
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                "selection": {
+                    "only": list(config.getoption("pdcheck_only") or ()),
+                    "runner": "pytest",
+                },
+            },
         )
 
 

@@ -19,14 +19,24 @@ _STATUS = {0: "pass", 1: "fail"}
 
 
 def race_argv(settings: RaceSettings, *, python: str, json_path: Path) -> list[str]:
-    argv = [python, "-m", "pdcheck", "race", "--seeds", str(settings.seeds), "--requests", str(settings.requests)]
+    argv = [
+        python,
+        "-m",
+        "pdcheck",
+        "race",
+        "--seeds",
+        str(settings.seeds),
+        "--requests",
+        str(settings.requests),
+    ]
     for variant in settings.variants:
         argv += ["--variant", variant]
-    return argv + ["--json", str(json_path)]
+    return [*argv, "--json", str(json_path)]
 
 
-def run_race_subprocess(settings: RaceSettings, *, python: str, out_dir: Path,
-                        timeout_s: float = 1800.0) -> dict[str, Any]:
+def run_race_subprocess(
+    settings: RaceSettings, *, python: str, out_dir: Path, timeout_s: float = 1800.0
+) -> dict[str, Any]:
     """The harness's outcome as the race summary: status pass/fail/infra, reason, exit code, its JSON."""
     json_path = out_dir / "race.json"
     log_path = out_dir / "race.log"
@@ -34,7 +44,9 @@ def run_race_subprocess(settings: RaceSettings, *, python: str, out_dir: Path,
     start = time.monotonic()
     try:
         with open(log_path, "w", encoding="utf-8") as log:
-            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+            proc = subprocess.run(
+                argv, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+            )
         code: int | None = proc.returncode
     except subprocess.TimeoutExpired:
         code = None
@@ -47,15 +59,28 @@ def run_race_subprocess(settings: RaceSettings, *, python: str, out_dir: Path,
     elif status == "fail":
         reason = _findings_line(result)
     else:
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.is_file() else []
+        tail = (
+            log_path.read_text(errors="replace").strip().splitlines()[-1:]
+            if log_path.is_file()
+            else []
+        )
         reason = f"the harness could not run (exit {code}): {tail[0] if tail else 'no output'} (log: {log_path})"
-    return {"status": status, "reason": reason, "exit_code": code, "argv": argv,
-            "duration_s": round(time.monotonic() - start, 2), "result": result}
+    return {
+        "status": status,
+        "reason": reason,
+        "exit_code": code,
+        "argv": argv,
+        "duration_s": round(time.monotonic() - start, 2),
+        "result": result,
+    }
 
 
 def _findings_line(result: dict[str, Any] | None) -> str:
     if not result:
         return "findings reported (no JSON written)"
-    parts = [f"{v['variant']}: {v['seeds_with_findings']}/{v['seeds']} seeds" for v in result.get("variants", [])
-             if v.get("seeds_with_findings")]
+    parts = [
+        f"{v['variant']}: {v['seeds_with_findings']}/{v['seeds']} seeds"
+        for v in result.get("variants", [])
+        if v.get("seeds_with_findings")
+    ]
     return "findings in " + ("; ".join(parts) or "the harness") + " (see race/race.json)"

@@ -9,6 +9,7 @@ from typing import Any
 from pdcheck.evals.records import QuestionRecord, read_records
 from pdcheck.sweep._files import SIDES, Provenance, read_json
 
+
 @dataclass(frozen=True)
 class Failure:
     error_type: str
@@ -20,8 +21,14 @@ class Failure:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Failure:
-        return cls(data.get("error_type", "?"), data.get("message", ""), data.get("cell"),
-                   data.get("where", ""), data.get("at"), data.get("traceback"))
+        return cls(
+            data.get("error_type", "?"),
+            data.get("message", ""),
+            data.get("cell"),
+            data.get("where", ""),
+            data.get("at"),
+            data.get("traceback"),
+        )
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,10 @@ def _load_unit(path: Path, side: str, concurrency: int, repeat: int) -> UnitResu
     summary = read_json(path / "summary.json")
     failure = read_json(path / "failure.json")
     return UnitResult(
-        side=side, concurrency=concurrency, repeat=repeat, dir=path,
+        side=side,
+        concurrency=concurrency,
+        repeat=repeat,
+        dir=path,
         summary=summary["summary"] if summary else None,
         reused_from=summary.get("reused_from") if summary else None,
         failure=Failure.from_dict(failure) if failure else None,
@@ -141,7 +151,7 @@ def _load_unit(path: Path, side: str, concurrency: int, repeat: int) -> UnitResu
 
 
 def _int_suffix(name: str, prefix: str) -> int | None:
-    rest = name[len(prefix):] if name.startswith(prefix) else ""
+    rest = name[len(prefix) :] if name.startswith(prefix) else ""
     return int(rest) if rest.isdigit() else None
 
 
@@ -163,17 +173,26 @@ def load_cell(path: Path) -> CellResult:
     verdicts = {}
     for vfile in sorted((path / "verdicts").glob("c*.json")):
         data = read_json(vfile) or {}
-        verdicts[data["concurrency"]] = VerdictEntry(data["concurrency"], data.get("verdict", {}),
-                                                     data.get("comparison"), data.get("outcome", {}),
-                                                     data.get("injection"))
+        verdicts[data["concurrency"]] = VerdictEntry(
+            data["concurrency"],
+            data.get("verdict", {}),
+            data.get("comparison"),
+            data.get("outcome", {}),
+            data.get("injection"),
+        )
     failure = read_json(path / "failure.json")
     return CellResult(
-        dirname=path.name, name=meta.get("name", name), id=meta.get("id", cell_id),
-        resolved=meta.get("resolved", {}), servers=meta.get("servers", {}),
-        baseline_key=meta.get("baseline_key"), canary=bool(meta.get("canary", False)),
+        dirname=path.name,
+        name=meta.get("name", name),
+        id=meta.get("id", cell_id),
+        resolved=meta.get("resolved", {}),
+        servers=meta.get("servers", {}),
+        baseline_key=meta.get("baseline_key"),
+        canary=bool(meta.get("canary", False)),
         provenance=Provenance.from_stamp(meta) if meta else None,
         units=tuple(sorted(units, key=lambda u: (u.side, u.concurrency, u.repeat))),
-        kv=dict(sorted(kv.items())), verdicts=dict(sorted(verdicts.items())),
+        kv=dict(sorted(kv.items())),
+        verdicts=dict(sorted(verdicts.items())),
         failure=Failure.from_dict(failure) if failure else None,
     )
 
@@ -197,12 +216,21 @@ def load_run(root: str | Path) -> RunResults:
     if run is None:
         raise FileNotFoundError(f"{root} is not a pdcheck run folder: it has no run.json")
     info = RunInfo(
-        root=root, provenance=Provenance.from_stamp(run), sweep=run.get("sweep", {}),
-        environment=run.get("environment", {}), started=run.get("started"), finished=run.get("finished"),
-        resumed=tuple(run.get("resumed", ())), shard=tuple(run["shard"]) if run.get("shard") else None,
+        root=root,
+        provenance=Provenance.from_stamp(run),
+        sweep=run.get("sweep", {}),
+        environment=run.get("environment", {}),
+        started=run.get("started"),
+        finished=run.get("finished"),
+        resumed=tuple(run.get("resumed", ())),
+        shard=tuple(run["shard"]) if run.get("shard") else None,
         merged_from=tuple(run.get("merged_from", ())),
     )
     cells = tuple(load_cell(p) for p in sorted((root / "cells").glob("*--*")) if p.is_dir())
     race = read_json(root / "race" / "summary.json")
-    return RunResults(info=info, cells=cells, race=race.get("race") if race else None,
-                      summary=read_json(root / "summary.json"))
+    return RunResults(
+        info=info,
+        cells=cells,
+        race=race.get("race") if race else None,
+        summary=read_json(root / "summary.json"),
+    )

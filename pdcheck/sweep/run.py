@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pdcheck.config import Cell, SweepSpec, expand_cells, load_sweep, resolve_sweep_path, select_cells
+from pdcheck.config import (
+    Cell,
+    SweepSpec,
+    expand_cells,
+    load_sweep,
+    resolve_sweep_path,
+    select_cells,
+)
 from pdcheck.errors import ConfigError
 from pdcheck.sweep.backends import AttachBackend, Backend
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
@@ -112,7 +119,9 @@ def prepare(request: SweepRequest) -> PreparedSweep:
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         out = request.out or DEFAULT_RESULTS_DIR / f"{spec.name}-{stamp}"
         if out.exists() and any(out.iterdir()):
-            raise ConfigError(f"--out {out} already holds files; use --resume {out} to continue that run, or a new folder")
+            raise ConfigError(
+                f"--out {out} already holds files; use --resume {out} to continue that run, or a new folder"
+            )
     return PreparedSweep(spec, path, sha, tuple(cells), Path(out), request.resume is not None)
 
 
@@ -125,8 +134,13 @@ def make_backend(request: SweepRequest, prepared: PreparedSweep) -> Backend:
     return ServingBackend.for_cells(prepared.cells, run_dir=prepared.out)
 
 
-def run_sweep(request: SweepRequest, *, on_event: EventSink | None = None, backend: Backend | None = None,
-              render_report: Callable[[RunResults], str] | None = None) -> SweepResult:
+def run_sweep(
+    request: SweepRequest,
+    *,
+    on_event: EventSink | None = None,
+    backend: Backend | None = None,
+    render_report: Callable[[RunResults], str] | None = None,
+) -> SweepResult:
     """Run (or resume) a sweep; writes junit.xml, report.md (with `render_report`) and summary.json last."""
     prepared = prepare(request)
     backend = backend or make_backend(request, prepared)
@@ -134,20 +148,40 @@ def run_sweep(request: SweepRequest, *, on_event: EventSink | None = None, backe
 
     environment = collect_environment() if request.attach is None else {"attached": True}
     vllm = environment.get("vllm", {})
-    provenance = Provenance(vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit"))
+    provenance = Provenance(
+        vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit")
+    )
     shard = request.shard
     store = RunStore.create(
-        prepared.out, provenance=provenance, environment=environment, shard=shard,
-        sweep={"name": prepared.spec.name, "file": str(prepared.path), "sha256": prepared.sha256,
-               "cells": [c.dirname for c in prepared.cells],
-               "selection": {"only": list(request.only), "keyword": request.keyword,
-                             "shard": list(shard) if shard else None}},
+        prepared.out,
+        provenance=provenance,
+        environment=environment,
+        shard=shard,
+        sweep={
+            "name": prepared.spec.name,
+            "file": str(prepared.path),
+            "sha256": prepared.sha256,
+            "cells": [c.dirname for c in prepared.cells],
+            "selection": {
+                "only": list(request.only),
+                "keyword": request.keyword,
+                "shard": list(shard) if shard else None,
+            },
+        },
     )
-    engine = Engine(prepared.cells, store=store, backend=backend, options=request.options, on_event=on_event)
+    engine = Engine(
+        prepared.cells, store=store, backend=backend, options=request.options, on_event=on_event
+    )
     # The harness runs once per sweep: in an unsharded run or in shard 1.
-    run_race = prepared.spec.race is not None and request.attach is None and (shard is None or shard[0] == 1)
-    return engine.run(before_finish=(lambda: _race(prepared, store, engine)) if run_race else None,
-                      render_report=render_report)
+    run_race = (
+        prepared.spec.race is not None
+        and request.attach is None
+        and (shard is None or shard[0] == 1)
+    )
+    return engine.run(
+        before_finish=(lambda: _race(prepared, store, engine)) if run_race else None,
+        render_report=render_report,
+    )
 
 
 def _race(prepared: PreparedSweep, store: RunStore, engine: Engine) -> None:

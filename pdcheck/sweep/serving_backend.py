@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from pdcheck.config import Cell
+from pdcheck.serving import TopologyPlan, plan_topology, serve_baseline, serve_pd, serve_prefills
 from pdcheck.serving.environment import VllmEnvironment, probe_vllm
 from pdcheck.serving.gpus import Gpu, GpuInventory, read_inventory
-from pdcheck.serving import TopologyPlan, plan_topology, serve_baseline, serve_pd, serve_prefills
 from pdcheck.serving.plan import ServerPlan, resolve_platform
-from pdcheck.serving.process import ServerProcess
 from pdcheck.serving.ports import PortAllocator, default_allocator
+from pdcheck.serving.process import ServerProcess
 from pdcheck.sweep.backends import PdEndpoints
 from pdcheck.sweep.store import Provenance
 
@@ -72,15 +72,24 @@ class ServingBackend:
         env = self.environment(cell)
         return Provenance(vllm_version=env.vllm_version, vllm_commit=env.vllm_commit)
 
-    def plan(self, cell: Cell, *, cell_dir: Path, side: str | None = None, gpus: tuple[int, ...] = ()) -> TopologyPlan:
-        return plan_topology(cell, inventory=self._inventory_for(cell, side, gpus), ports=self.ports, run_dir=cell_dir)
+    def plan(
+        self, cell: Cell, *, cell_dir: Path, side: str | None = None, gpus: tuple[int, ...] = ()
+    ) -> TopologyPlan:
+        return plan_topology(
+            cell,
+            inventory=self._inventory_for(cell, side, gpus),
+            ports=self.ports,
+            run_dir=cell_dir,
+        )
 
     def describe(self, cell: Cell, *, cell_dir: Path) -> dict[str, Any]:
         plan = self.plan(cell, cell_dir=cell_dir)
         return {
             "platform": plan.platform,
-            "servers": {s.name: {"argv": list(s.argv), "env": s.env, "url": s.url, "log": str(s.log_path)}
-                        for s in plan.servers},
+            "servers": {
+                s.name: {"argv": list(s.argv), "env": s.env, "url": s.url, "log": str(s.log_path)}
+                for s in plan.servers
+            },
             "proxy": plan.pd_url,
             "rendered": plan.render(),
         }
@@ -93,16 +102,21 @@ class ServingBackend:
             yield endpoints.baseline_url
 
     @contextlib.contextmanager
-    def pd(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path, prefill_key: str | None = None) -> Iterator[PdEndpoints]:
+    def pd(
+        self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path, prefill_key: str | None = None
+    ) -> Iterator[PdEndpoints]:
         """`prefill_key`: jobs with equal keys may share prefill servers (None: this job's own)."""
         plan = self.plan(cell, cell_dir=cell_dir, side="pd", gpus=gpus)
-        key = (prefill_key, gpus[: cell.prefill_instances * cell.prefill_tp]) if prefill_key else None
+        key = (
+            (prefill_key, gpus[: cell.prefill_instances * cell.prefill_tp]) if prefill_key else None
+        )
         prefills = self._take_held(key) or self._start_prefills(plan, key)
         try:
             plan = replace(plan, prefills=prefills.plans)
             with serve_pd(plan, prefills=prefills.processes) as endpoints:
                 yield PdEndpoints(
-                    endpoints.pd_url, endpoints.decoder_metrics_urls,
+                    endpoints.pd_url,
+                    endpoints.decoder_metrics_urls,
                     plugin_dirs=tuple(s.plugin_dir for s in plan.decodes),
                     check_alive=endpoints.check_alive,
                 )
@@ -122,8 +136,15 @@ class ServingBackend:
         """The held prefills if their key is `key`; otherwise stop them (freeing their cores or GPUs)."""
         with self._held_lock:
             held, self._held = self._held, None
-        if held is not None and key is not None and held.key == key and all(p.is_healthy() for p in held.processes):
-            log.info("reusing the running prefill servers (%s)", ", ".join(p.url for p in held.processes))
+        if (
+            held is not None
+            and key is not None
+            and held.key == key
+            and all(p.is_healthy() for p in held.processes)
+        ):
+            log.info(
+                "reusing the running prefill servers (%s)", ", ".join(p.url for p in held.processes)
+            )
             return held
         if held is not None:
             held.stack.close()

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from pdcheck.sweep._files import (
-    STORE_SCHEMA_VERSION,
     SIDES,
+    STORE_SCHEMA_VERSION,
     Provenance,
     Side,
     failure_dict,
@@ -52,8 +52,22 @@ from pdcheck.sweep.results import (
 )
 
 __all__ = [
-    "STORE_SCHEMA_VERSION", "SIDES", "CellResult", "CellStore", "Failure", "Provenance", "RunInfo", "RunResults",
-    "RunStore", "Side", "UnitResult", "VerdictEntry", "donors", "load_cell", "load_run", "read_json",
+    "SIDES",
+    "STORE_SCHEMA_VERSION",
+    "CellResult",
+    "CellStore",
+    "Failure",
+    "Provenance",
+    "RunInfo",
+    "RunResults",
+    "RunStore",
+    "Side",
+    "UnitResult",
+    "VerdictEntry",
+    "donors",
+    "load_cell",
+    "load_run",
+    "read_json",
     "write_json_atomic",
 ]
 
@@ -75,12 +89,28 @@ class CellStore:
     def _write(self, path: Path, payload: dict[str, Any]) -> None:
         write_json_atomic(path, self.provenance.stamp() | payload)
 
-    def write_cell(self, *, resolved: dict[str, Any], name: str, cell_id: str,
-                   baseline_key: str, servers: dict[str, Any], canary: bool) -> None:
-        self._write(self.dir / "cell.json", {
-            "name": name, "id": cell_id, "dirname": self.dirname, "resolved": resolved,
-            "baseline_key": baseline_key, "servers": servers, "canary": canary,
-        })
+    def write_cell(
+        self,
+        *,
+        resolved: dict[str, Any],
+        name: str,
+        cell_id: str,
+        baseline_key: str,
+        servers: dict[str, Any],
+        canary: bool,
+    ) -> None:
+        self._write(
+            self.dir / "cell.json",
+            {
+                "name": name,
+                "id": cell_id,
+                "dirname": self.dirname,
+                "resolved": resolved,
+                "baseline_key": baseline_key,
+                "servers": servers,
+                "canary": canary,
+            },
+        )
 
     def unit_dir(self, side: Side, concurrency: int, repeat: int) -> Path:
         path = self.dir / unit_rel(side, concurrency, repeat)
@@ -100,22 +130,41 @@ class CellStore:
     def unit_done(self, side: Side, concurrency: int, repeat: int) -> bool:
         return (self.dir / unit_rel(side, concurrency, repeat) / "summary.json").is_file()
 
-    def write_unit_summary(self, side: Side, concurrency: int, repeat: int, summary: dict[str, Any],
-                           *, reused_from: str | None = None) -> None:
+    def write_unit_summary(
+        self,
+        side: Side,
+        concurrency: int,
+        repeat: int,
+        summary: dict[str, Any],
+        *,
+        reused_from: str | None = None,
+    ) -> None:
         """Marks the unit done; clears a failure sidecar left by an earlier attempt."""
         unit = self.unit_dir(side, concurrency, repeat)
-        self._write(unit / "summary.json", {
-            "side": side, "concurrency": concurrency, "repeat": repeat,
-            "summary": summary, "reused_from": reused_from,
-        })
+        self._write(
+            unit / "summary.json",
+            {
+                "side": side,
+                "concurrency": concurrency,
+                "repeat": repeat,
+                "summary": summary,
+                "reused_from": reused_from,
+            },
+        )
         (unit / "failure.json").unlink(missing_ok=True)
 
-    def write_unit_failure(self, side: Side, concurrency: int, repeat: int, exc: BaseException) -> None:
+    def write_unit_failure(
+        self, side: Side, concurrency: int, repeat: int, exc: BaseException
+    ) -> None:
         where = unit_rel(side, concurrency, repeat)
-        self._write(self.unit_dir(side, concurrency, repeat) / "failure.json",
-                    failure_dict(exc, cell=self.dirname, where=where))
+        self._write(
+            self.unit_dir(side, concurrency, repeat) / "failure.json",
+            failure_dict(exc, cell=self.dirname, where=where),
+        )
 
-    def copy_unit_failure(self, source: CellStore, side: Side, concurrency: int, repeat: int) -> None:
+    def copy_unit_failure(
+        self, source: CellStore, side: Side, concurrency: int, repeat: int
+    ) -> None:
         """A shared unit failed in the cell that ran it: the sharing cell gets the same sidecar."""
         data = read_json(source.dir / unit_rel(side, concurrency, repeat) / "failure.json")
         if data is not None:
@@ -129,24 +178,44 @@ class CellStore:
             raise FileNotFoundError(f"baseline unit {src} has no summary.json; it is not done")
         dst = self.unit_dir("baseline", concurrency, repeat)
         shutil.copyfile(src / "records.jsonl", dst / "records.jsonl")
-        self.write_unit_summary("baseline", concurrency, repeat, data["summary"],
-                                reused_from=data.get("reused_from") or source.dirname)
+        self.write_unit_summary(
+            "baseline",
+            concurrency,
+            repeat,
+            data["summary"],
+            reused_from=data.get("reused_from") or source.dirname,
+        )
 
     def write_kv(self, concurrency: int, repeat: int, kv: dict[str, Any]) -> None:
-        self._write(self.dir / "kv" / f"c{concurrency}-r{repeat}.json",
-                    {"concurrency": concurrency, "repeat": repeat, "kv": kv})
+        self._write(
+            self.dir / "kv" / f"c{concurrency}-r{repeat}.json",
+            {"concurrency": concurrency, "repeat": repeat, "kv": kv},
+        )
 
     def verdict_done(self, concurrency: int) -> bool:
         return (self.dir / "verdicts" / f"c{concurrency}.json").is_file()
 
-    def write_verdict(self, concurrency: int, *, comparison: dict[str, Any] | None, verdict: dict[str, Any],
-                      outcome: dict[str, Any], injection: dict[str, Any] | None = None) -> None:
+    def write_verdict(
+        self,
+        concurrency: int,
+        *,
+        comparison: dict[str, Any] | None,
+        verdict: dict[str, Any],
+        outcome: dict[str, Any],
+        injection: dict[str, Any] | None = None,
+    ) -> None:
         """`verdict` is a CellVerdict dict; `outcome` says what it means for the cell (canary logic);
         `injection` is the InjectionPrecision of an injected arm."""
-        self._write(self.dir / "verdicts" / f"c{concurrency}.json", {
-            "concurrency": concurrency, "comparison": comparison, "verdict": verdict, "outcome": outcome,
-            "injection": injection,
-        })
+        self._write(
+            self.dir / "verdicts" / f"c{concurrency}.json",
+            {
+                "concurrency": concurrency,
+                "comparison": comparison,
+                "verdict": verdict,
+                "outcome": outcome,
+                "injection": injection,
+            },
+        )
 
     def write_failure(self, exc: BaseException, *, phase: str) -> None:
         self._write(self.dir / "failure.json", failure_dict(exc, cell=self.dirname, where=phase))
@@ -163,15 +232,23 @@ class RunStore:
         self.provenance = provenance
 
     @classmethod
-    def create(cls, root: str | Path, *, provenance: Provenance, sweep: dict[str, Any],
-               environment: dict[str, Any], shard: tuple[int, int] | None = None) -> RunStore:
+    def create(
+        cls,
+        root: str | Path,
+        *,
+        provenance: Provenance,
+        sweep: dict[str, Any],
+        environment: dict[str, Any],
+        shard: tuple[int, int] | None = None,
+    ) -> RunStore:
         store = cls(Path(root), provenance)
         store.root.mkdir(parents=True, exist_ok=True)
         existing = read_json(store.root / "run.json")
         body = {
-            "sweep": sweep, "environment": environment,
+            "sweep": sweep,
+            "environment": environment,
             "started": existing["started"] if existing else now_iso(),
-            "resumed": (existing.get("resumed", []) + [now_iso()]) if existing else [],
+            "resumed": ([*existing.get("resumed", []), now_iso()]) if existing else [],
             "finished": None,
             "shard": list(shard) if shard else None,
         }
@@ -182,7 +259,9 @@ class RunStore:
         return CellStore(self.root, dirname, provenance or self.provenance)
 
     def write_race_summary(self, summary: dict[str, Any]) -> None:
-        write_json_atomic(self.root / "race" / "summary.json", self.provenance.stamp() | {"race": summary})
+        write_json_atomic(
+            self.root / "race" / "summary.json", self.provenance.stamp() | {"race": summary}
+        )
 
     @property
     def race_dir(self) -> Path:

@@ -29,8 +29,11 @@ def cell_outcomes(cell: CellResult) -> list[tuple[int, Outcome]]:
             why = f"{cell.failure.error_type} during {cell.failure.where}: {cell.failure.message.splitlines()[0]}"
         else:
             failed = [u for u in cell.units if u.concurrency == c and u.failure is not None]
-            why = (f"{failed[0].failure.error_type} in {failed[0].side} c{c}: {failed[0].failure.message.splitlines()[0]}"
-                   if failed else "not run (interrupted or not selected)")
+            why = (
+                f"{failed[0].failure.error_type} in {failed[0].side} c{c}: {failed[0].failure.message.splitlines()[0]}"
+                if failed
+                else "not run (interrupted or not selected)"
+            )
         out.append((c, Outcome("infra", INFRA_ERROR, cell.canary, why)))
     return out
 
@@ -44,13 +47,23 @@ def summarize(results: RunResults) -> dict[str, Any]:
         statuses += [o.status for _, o in outcomes]
         verdict_names += [o.verdict for _, o in outcomes]
         reused = sorted({u.reused_from for u in cell.units if u.reused_from})
-        cells.append({
-            "name": cell.name, "id": cell.id, "dirname": cell.dirname, "canary": cell.canary,
-            "baseline_reused_from": reused,
-            "failure": None if cell.failure is None else {
-                "error_type": cell.failure.error_type, "message": cell.failure.message, "where": cell.failure.where},
-            "results": [{"concurrency": c} | o.to_dict() for c, o in outcomes],
-        })
+        cells.append(
+            {
+                "name": cell.name,
+                "id": cell.id,
+                "dirname": cell.dirname,
+                "canary": cell.canary,
+                "baseline_reused_from": reused,
+                "failure": None
+                if cell.failure is None
+                else {
+                    "error_type": cell.failure.error_type,
+                    "message": cell.failure.message,
+                    "where": cell.failure.where,
+                },
+                "results": [{"concurrency": c} | o.to_dict() for c, o in outcomes],
+            }
+        )
     race_status = None
     if results.race is not None:
         race_status = results.race.get("status")
@@ -78,14 +91,21 @@ def attribution(results: RunResults) -> list[dict[str, Any]]:
         try:
             resolved = Cell.model_validate(cell.resolved)
         except ValidationError as exc:
-            logger.warning("%s: cell.json holds no valid cell (%s); left out of attribution", cell.dirname, exc)
+            logger.warning(
+                "%s: cell.json holds no valid cell (%s); left out of attribution", cell.dirname, exc
+            )
             continue
-        arms.append(ArmObservation.from_cell(
-            resolved,
-            verdicts={c: Verdict(v.name) for c, v in cell.verdicts.items()},
-            delta_pts={c: v.verdict["delta_pts"] for c, v in cell.verdicts.items()
-                       if v.verdict.get("delta_pts") is not None},
-        ))
+        arms.append(
+            ArmObservation.from_cell(
+                resolved,
+                verdicts={c: Verdict(v.name) for c, v in cell.verdicts.items()},
+                delta_pts={
+                    c: v.verdict["delta_pts"]
+                    for c, v in cell.verdicts.items()
+                    if v.verdict.get("delta_pts") is not None
+                },
+            )
+        )
     families: dict[str, int] = {}
     harness = (results.race or {}).get("result") or {}
     for variant in harness.get("variants", []):

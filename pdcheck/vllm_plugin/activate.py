@@ -29,7 +29,10 @@ def activate(environ: Mapping[str, str]) -> list[str]:
     if settings.nixl_pthr_delay_us is not None:
         from pdcheck.vllm_plugin.nixl_delay import install_nixl_delay
 
-        install_nixl_delay(settings.nixl_pthr_delay_us, describe_version=lambda: _versions(scheduler.vllm_version()))
+        install_nixl_delay(
+            settings.nixl_pthr_delay_us,
+            describe_version=lambda: _versions(scheduler.vllm_version()),
+        )
         applied.append(f"nixl-pthr-delay-us={settings.nixl_pthr_delay_us}")
     if settings.idle_backoff_ms is not None or settings.shm_spin_sleep_us is not None:
         applied += _install_idle_waits(settings)
@@ -46,7 +49,11 @@ def activate(environ: Mapping[str, str]) -> list[str]:
         _install_injection(settings)
         applied.append(settings.inject.describe())
     if settings.plugin_dir is not None:
-        from pdcheck.vllm_plugin.marker import SCHEDULER_BUILT, record_in_marker, write_activation_marker
+        from pdcheck.vllm_plugin.marker import (
+            SCHEDULER_BUILT,
+            record_in_marker,
+            write_activation_marker,
+        )
 
         path = write_activation_marker(
             settings.plugin_dir,
@@ -57,22 +64,35 @@ def activate(environ: Mapping[str, str]) -> list[str]:
         plugin_dir = settings.plugin_dir
         # After the fix switches, so a scheduler this reports on was built with them.
         scheduler.on_scheduler_built(
-            lambda async_scheduling: record_in_marker(plugin_dir, SCHEDULER_BUILT, async_scheduling=async_scheduling))
-        logger.info("pdcheck plugin active (%s); marker %s", ", ".join(applied) or "marker only", path)
+            lambda async_scheduling: record_in_marker(
+                plugin_dir, SCHEDULER_BUILT, async_scheduling=async_scheduling
+            )
+        )
+        logger.info(
+            "pdcheck plugin active (%s); marker %s", ", ".join(applied) or "marker only", path
+        )
     return applied
 
 
 def _install_injection(settings: PluginSettings) -> None:
     from pdcheck._vllm.worker import check_worker_names, install_receive_hook
     from pdcheck.vllm_plugin.inject import Injector
-    from pdcheck.vllm_plugin.marker import KV_LOAD_HOOK_WITH_KV_CACHES, InjectionLog, record_in_marker
+    from pdcheck.vllm_plugin.marker import (
+        KV_LOAD_HOOK_WITH_KV_CACHES,
+        InjectionLog,
+        record_in_marker,
+    )
 
-    assert settings.inject is not None and settings.plugin_dir is not None  # parse_settings guarantees both
+    assert (
+        settings.inject is not None and settings.plugin_dir is not None
+    )  # parse_settings guarantees both
     plugin_dir = settings.plugin_dir
     check_worker_names()
     install_receive_hook(
         Injector(settings.inject, InjectionLog(plugin_dir)).on_loaded,
-        on_kv_caches_registered=lambda tp_rank: record_in_marker(plugin_dir, KV_LOAD_HOOK_WITH_KV_CACHES, tp_rank=tp_rank),
+        on_kv_caches_registered=lambda tp_rank: record_in_marker(
+            plugin_dir, KV_LOAD_HOOK_WITH_KV_CACHES, tp_rank=tp_rank
+        ),
     )
 
 

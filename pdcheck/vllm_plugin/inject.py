@@ -46,7 +46,9 @@ _Snapshot = dict[int, list]
 class Injector:
     """Receives every finished load on one worker and corrupts the selected requests' blocks."""
 
-    def __init__(self, spec: InjectSpec, log: InjectionLog, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, spec: InjectSpec, log: InjectionLog, *, clock: Callable[[], float] = time.time
+    ):
         self._spec = spec
         self._log = log
         self._clock = clock
@@ -64,7 +66,9 @@ class Injector:
             if changed:
                 self._record(request, client_id, changed)
 
-    def _record(self, request: LoadedRequest, client_id: str, changed: dict[int, list[int]]) -> None:
+    def _record(
+        self, request: LoadedRequest, client_id: str, changed: dict[int, list[int]]
+    ) -> None:
         n_groups = max(g.group_index for g in request.groups) + 1
         blocks = [changed.get(g, []) for g in range(n_groups)]
         self._log.append(
@@ -80,7 +84,12 @@ class Injector:
                 t=self._clock(),
             )
         )
-        logger.debug("pdcheck: injected %s into %s, blocks %s", self._spec.kind.value, request.request_id, blocks)
+        logger.debug(
+            "pdcheck: injected %s into %s, blocks %s",
+            self._spec.kind.value,
+            request.request_id,
+            blocks,
+        )
 
 
 def _index(ids: Sequence[int], tensor):

@@ -50,7 +50,11 @@ _marker_lock = threading.Lock()
 
 
 def write_activation_marker(
-    plugin_dir: Path, *, vllm_version: str, switches: Sequence[str], fixes_present: dict[str, bool] | None
+    plugin_dir: Path,
+    *,
+    vllm_version: str,
+    switches: Sequence[str],
+    fixes_present: dict[str, bool] | None,
 ) -> Path:
     """Write `activation-<pid>.json` atomically and return its path."""
     plugin_dir.mkdir(parents=True, exist_ok=True)
@@ -101,7 +105,9 @@ class InjectionRecord:
     kind: str
     fraction: float
     seed: int
-    blocks: list[list[int]]  # per transfer group, the block ids overwritten (empty: group untouched)
+    blocks: list[
+        list[int]
+    ]  # per transfer group, the block ids overwritten (empty: group untouched)
     pid: int
     tp_rank: int
     t: float

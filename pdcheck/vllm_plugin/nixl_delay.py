@@ -39,7 +39,9 @@ def install_nixl_delay(pthr_delay_us: int, *, describe_version: Callable[[], str
         if missing:
             raise VllmIncompatible(describe_version(), missing)
         wrap_nixl_agent(module, pthr_delay_us=pthr_delay_us)
-        logger.info("pdcheck: NIXL progress-thread delay set to %d us (%s)", pthr_delay_us, module.__name__)
+        logger.info(
+            "pdcheck: NIXL progress-thread delay set to %d us (%s)", pthr_delay_us, module.__name__
+        )
 
     loaded = [sys.modules[n] for n in NIXL_API_MODULES if n in sys.modules]
     for module in loaded:

@@ -44,8 +44,16 @@ IDLE_BACKOFF_VAR = "PDCHECK_IDLE_BACKOFF_MS"
 SHM_SPIN_SLEEP_VAR = "PDCHECK_SHM_SPIN_SLEEP_US"
 # Only these switch the plugin on. Other PDCHECK_* variables (PDCHECK_CACHE_DIR,
 # PDCHECK_GSM8K_DIR) configure the orchestrator and may well be set in a vLLM server's env.
-PLUGIN_VARS = (DISABLE_FIXES_VAR, INJECT_VAR, INJECT_SEED_VAR, TRACE_DIR_VAR, NIXL_PTHR_DELAY_VAR, PLUGIN_DIR_VAR,
-               IDLE_BACKOFF_VAR, SHM_SPIN_SLEEP_VAR)
+PLUGIN_VARS = (
+    DISABLE_FIXES_VAR,
+    INJECT_VAR,
+    INJECT_SEED_VAR,
+    TRACE_DIR_VAR,
+    NIXL_PTHR_DELAY_VAR,
+    PLUGIN_DIR_VAR,
+    IDLE_BACKOFF_VAR,
+    SHM_SPIN_SLEEP_VAR,
+)
 
 # One second: far beyond any useful progress-thread sleep, so a larger value is a typo.
 MAX_NIXL_PTHR_DELAY_US = 1_000_000
@@ -100,13 +108,30 @@ def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
         )
     return PluginSettings(
         inject=inject,
-        nixl_pthr_delay_us=_parse_whole(environ, NIXL_PTHR_DELAY_VAR, minimum=0, maximum=MAX_NIXL_PTHR_DELAY_US,
-                                        unit="microseconds",
-                                        hint="1000 is what serving uses on CPU; 0 is NIXL's busy-polling default"),
-        idle_backoff_ms=_parse_whole(environ, IDLE_BACKOFF_VAR, minimum=1, maximum=MAX_IDLE_BACKOFF_MS,
-                                     unit="milliseconds", hint="serving uses 16 on CPU; vLLM itself waits 1 ms"),
-        shm_spin_sleep_us=_parse_whole(environ, SHM_SPIN_SLEEP_VAR, minimum=1, maximum=MAX_SHM_SPIN_SLEEP_US,
-                                       unit="microseconds", hint="serving uses 50 on CPU; vLLM itself yields"),
+        nixl_pthr_delay_us=_parse_whole(
+            environ,
+            NIXL_PTHR_DELAY_VAR,
+            minimum=0,
+            maximum=MAX_NIXL_PTHR_DELAY_US,
+            unit="microseconds",
+            hint="1000 is what serving uses on CPU; 0 is NIXL's busy-polling default",
+        ),
+        idle_backoff_ms=_parse_whole(
+            environ,
+            IDLE_BACKOFF_VAR,
+            minimum=1,
+            maximum=MAX_IDLE_BACKOFF_MS,
+            unit="milliseconds",
+            hint="serving uses 16 on CPU; vLLM itself waits 1 ms",
+        ),
+        shm_spin_sleep_us=_parse_whole(
+            environ,
+            SHM_SPIN_SLEEP_VAR,
+            minimum=1,
+            maximum=MAX_SHM_SPIN_SLEEP_US,
+            unit="microseconds",
+            hint="serving uses 50 on CPU; vLLM itself yields",
+        ),
         plugin_dir=Path(plugin_dir) if plugin_dir is not None else None,
         disable_fixes=_non_empty(environ, DISABLE_FIXES_VAR),
         trace_dir=_non_empty(environ, TRACE_DIR_VAR),
@@ -123,7 +148,12 @@ def _parse_inject(environ: Mapping[str, str]) -> InjectSpec | None:
     raw_seed = _non_empty(environ, INJECT_SEED_VAR)
     if raw is None:
         if raw_seed is not None:
-            logger.warning("%s=%s is set without %s; nothing will be injected", INJECT_SEED_VAR, raw_seed, INJECT_VAR)
+            logger.warning(
+                "%s=%s is set without %s; nothing will be injected",
+                INJECT_SEED_VAR,
+                raw_seed,
+                INJECT_VAR,
+            )
         return None
     allowed = ", ".join(k.value for k in InjectKind)
     usage = f"expected <kind>:<fraction> with kind one of {allowed} and fraction in [0, 1], e.g. zero-loaded-kv:0.5"
@@ -137,9 +167,13 @@ def _parse_inject(environ: Mapping[str, str]) -> InjectSpec | None:
     try:
         fraction = float(fraction_text)
     except ValueError:
-        raise ConfigError(f"{INJECT_VAR}={raw!r}: fraction {fraction_text!r} is not a number; {usage}") from None
+        raise ConfigError(
+            f"{INJECT_VAR}={raw!r}: fraction {fraction_text!r} is not a number; {usage}"
+        ) from None
     if not 0.0 <= fraction <= 1.0:  # also rejects nan
-        raise ConfigError(f"{INJECT_VAR}={raw!r}: fraction {fraction_text} is outside [0, 1]; {usage}")
+        raise ConfigError(
+            f"{INJECT_VAR}={raw!r}: fraction {fraction_text} is outside [0, 1]; {usage}"
+        )
     seed = 0
     if raw_seed is not None:
         try:
@@ -149,7 +183,9 @@ def _parse_inject(environ: Mapping[str, str]) -> InjectSpec | None:
     return InjectSpec(kind=kind, fraction=fraction, seed=seed)
 
 
-def _parse_whole(environ: Mapping[str, str], name: str, *, minimum: int, maximum: int, unit: str, hint: str) -> int | None:
+def _parse_whole(
+    environ: Mapping[str, str], name: str, *, minimum: int, maximum: int, unit: str, hint: str
+) -> int | None:
     raw = _non_empty(environ, name)
     if raw is None:
         return None
@@ -158,5 +194,7 @@ def _parse_whole(environ: Mapping[str, str], name: str, *, minimum: int, maximum
     except ValueError:
         value = minimum - 1
     if not minimum <= value <= maximum:
-        raise ConfigError(f"{name}={raw!r}: expected a whole number of {unit} in [{minimum}, {maximum}] ({hint})")
+        raise ConfigError(
+            f"{name}={raw!r}: expected a whole number of {unit} in [{minimum}, {maximum}] ({hint})"
+        )
     return value

@@ -36,14 +36,20 @@ def parse_fixes(value: str | Iterable[str]) -> tuple[str, ...]:
     names = [n for n in names if n]
     unknown = sorted(set(names) - set(FIXES))
     if unknown:
-        raise ConfigError(f"unknown fix {', '.join(unknown)!s}; allowed: {', '.join(FIXES)} (comma-separated)")
+        raise ConfigError(
+            f"unknown fix {', '.join(unknown)!s}; allowed: {', '.join(FIXES)} (comma-separated)"
+        )
     return tuple(f for f in FIXES if f in names)
 
 
 def _patch_for(name: str) -> contextlib.AbstractContextManager[None]:
     from pdcheck._vllm import scheduler as adapter
 
-    return adapter.patch_block_reuse_fix_off() if name == "block-reuse" else adapter.patch_zeroing_fix_off()
+    return (
+        adapter.patch_block_reuse_fix_off()
+        if name == "block-reuse"
+        else adapter.patch_zeroing_fix_off()
+    )
 
 
 def _present(name: str) -> bool:
@@ -52,7 +58,11 @@ def _present(name: str) -> bool:
     present = adapter.fixes_present()[name]
     if not present and name not in _absent:
         _absent.add(name)
-        logger.warning("vLLM %s has no %s fix; disabling it is a no-op (the fix arm equals the no-fix arm)", adapter.vllm_version(), name)
+        logger.warning(
+            "vLLM %s has no %s fix; disabling it is a no-op (the fix arm equals the no-fix arm)",
+            adapter.vllm_version(),
+            name,
+        )
     return present
 
 

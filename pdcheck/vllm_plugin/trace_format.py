@@ -57,10 +57,14 @@ class TraceFile:
 def read_trace_dir(path: str) -> list[TraceFile]:
     """Every trace file under ``path``; raises ConfigError when there is none or a line is not valid."""
     if not os.path.isdir(path):
-        raise ConfigError(f"trace directory {path!r} does not exist; pass the PDCHECK_TRACE_DIR a run wrote to")
+        raise ConfigError(
+            f"trace directory {path!r} does not exist; pass the PDCHECK_TRACE_DIR a run wrote to"
+        )
     files = sorted(glob.glob(os.path.join(path, FILE_GLOB)))
     if not files:
-        raise ConfigError(f"no {FILE_GLOB} files in {path!r}; was the server started with PDCHECK_TRACE_DIR set?")
+        raise ConfigError(
+            f"no {FILE_GLOB} files in {path!r}; was the server started with PDCHECK_TRACE_DIR set?"
+        )
     out = []
     for name in files:
         events = []

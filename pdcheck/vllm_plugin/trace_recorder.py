@@ -51,7 +51,9 @@ class TraceRecorder:
         self._steps = 0
         self._processed = 0
         self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._drain_lock = threading.Lock()  # one drainer at a time, so lines keep the queue's order
+        self._drain_lock = (
+            threading.Lock()
+        )  # one drainer at a time, so lines keep the queue's order
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -94,14 +96,16 @@ class TraceRecorder:
     def _start_writer(self) -> None:
         if self._thread is None and self._error is None and not self._closed:
             self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="pdcheck-trace-writer", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, name="pdcheck-trace-writer", daemon=True
+            )
             self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(_FLUSH_INTERVAL_S):
             try:
                 self.drain()
-            except BaseException as exc:  # noqa: BLE001 - recorded and re-raised by close()
+            except BaseException as exc:
                 self._fail(exc)
                 return
 
@@ -114,12 +118,20 @@ class TraceRecorder:
         tag = item[0]
         if tag == _STEP:
             _, i, t, record = item
-            event: dict[str, Any] = {"e": "step", "i": i, "fence": record.fence_seq, "t": t, "reqs": record.rows()}
+            event: dict[str, Any] = {
+                "e": "step",
+                "i": i,
+                "fence": record.fence_seq,
+                "t": t,
+                "reqs": record.rows(),
+            }
             # Empty lists are left out: most steps start no load, zero nothing and finish nothing.
             if record.zero_block_ids:
                 event["zero"] = record.zero_block_ids
             if record.loads:
-                event["loads"] = [[ld.request_id, ld.block_ids, ld.start, ld.end] for ld in record.loads]
+                event["loads"] = [
+                    [ld.request_id, ld.block_ids, ld.start, ld.end] for ld in record.loads
+                ]
             if record.finished_ids:
                 event["finished"] = sorted(record.finished_ids)
             if record.preempted_ids:
@@ -137,7 +149,13 @@ class TraceRecorder:
             return event
         if tag == _FREE:
             _, t, record = item
-            return {"e": "free", "rid": record.request_id, "deferred": record.deferred, "fence": record.fence_seq, "t": t}
+            return {
+                "e": "free",
+                "rid": record.request_id,
+                "deferred": record.deferred,
+                "fence": record.fence_seq,
+                "t": t,
+            }
         return item[1]  # _START: built whole on the hook's side
 
     def drain(self) -> None:
@@ -179,7 +197,9 @@ class TraceRecorder:
             self._fh = None
         if self._error is not None:
             error, self._error = self._error, None
-            raise RuntimeError(f"pdcheck trace recorder for {self.directory} failed; the trace is incomplete") from error
+            raise RuntimeError(
+                f"pdcheck trace recorder for {self.directory} failed; the trace is incomplete"
+            ) from error
 
 
 @contextlib.contextmanager

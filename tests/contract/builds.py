@@ -38,12 +38,16 @@ def selected_versions() -> tuple[str, ...]:
     versions = tuple(v for v in raw.replace(",", " ").split() if v) or DEFAULT_VERSIONS
     unknown = [v for v in versions if v not in RELEASES]
     if unknown:
-        raise ValueError(f"{VERSIONS_ENV} names {', '.join(unknown)}; the contract tier knows {', '.join(RELEASES)} (tests/contract/builds.py RELEASES)")
+        raise ValueError(
+            f"{VERSIONS_ENV} names {', '.join(unknown)}; the contract tier knows {', '.join(RELEASES)} (tests/contract/builds.py RELEASES)"
+        )
     return versions
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("PDCHECK_CONTRACT_CACHE") or Path.home() / ".cache" / "pdcheck-contract")
+    return Path(
+        os.environ.get("PDCHECK_CONTRACT_CACHE") or Path.home() / ".cache" / "pdcheck-contract"
+    )
 
 
 @dataclass(frozen=True)
@@ -75,11 +79,17 @@ class Build:
             **extra,
         }
 
-    def run(self, args: list[str], *, timeout_s: float = 600, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, args: list[str], *, timeout_s: float = 600, **extra_env: str
+    ) -> subprocess.CompletedProcess[str]:
         """`python ARGS` on this build, from the repository root."""
         return subprocess.run(
-            [sys.executable, *args], env=self.env(**extra_env), capture_output=True, text=True,
-            timeout=timeout_s, cwd=Path(__file__).resolve().parents[2],
+            [sys.executable, *args],
+            env=self.env(**extra_env),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=Path(__file__).resolve().parents[2],
         )
 
 
@@ -106,8 +116,25 @@ def install(version: str) -> Build:
             return build
         started = time.monotonic()
         subprocess.run(["rm", "-rf", str(build.site), str(build.root / "vllm-cache")], check=True)
-        _checked([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(build.site), f"vllm=={version}"], "pip install")
-        _checked([sys.executable, "-c", _WARM], "warming vLLM's model-info cache", env=build.env(VLLM_TARGET_DEVICE="cpu"))
+        _checked(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--target",
+                str(build.site),
+                f"vllm=={version}",
+            ],
+            "pip install",
+        )
+        _checked(
+            [sys.executable, "-c", _WARM],
+            "warming vLLM's model-info cache",
+            env=build.env(VLLM_TARGET_DEVICE="cpu"),
+        )
         stamp.write_text(f"installed in {time.monotonic() - started:.0f} s\n")
     return build
 
@@ -116,4 +143,6 @@ def _checked(argv: list[str], what: str, env: dict[str, str] | None = None) -> N
     proc = subprocess.run(argv, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise RuntimeError(f"{what} failed (exit {proc.returncode}): {' '.join(argv[:6])}...\n{tail}")
+        raise RuntimeError(
+            f"{what} failed (exit {proc.returncode}): {' '.join(argv[:6])}...\n{tail}"
+        )

@@ -67,9 +67,8 @@ def conv_state_layout() -> str:
 
 def main() -> None:
     import vllm
-    from vllm.platforms import current_platform
-
     from pdcheck_contract_platform import PLACEHOLDERS
+    from vllm.platforms import current_platform
 
     result = {
         "vllm_version": vllm.__version__,

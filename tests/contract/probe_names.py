@@ -37,12 +37,17 @@ def metric_names() -> list[str]:
 
     model = ModelConfig(model=_model_dir("attention"), skip_tokenizer_init=True, max_model_len=512)
     transfer = KVTransferConfig(kv_connector="NixlConnector", kv_role="kv_consumer")
-    PrometheusStatLogger(VllmConfig(model_config=model, kv_transfer_config=transfer), engine_indexes=[0])
+    PrometheusStatLogger(
+        VllmConfig(model_config=model, kv_transfer_config=transfer), engine_indexes=[0]
+    )
     samples = parse_prometheus(generate_latest(REGISTRY).decode())
-    return sorted({
-        f"{name}{{source={labels['source']}}}" if "source" in labels else name
-        for name, labels, _ in samples if name.startswith("vllm:")
-    })
+    return sorted(
+        {
+            f"{name}{{source={labels['source']}}}" if "source" in labels else name
+            for name, labels, _ in samples
+            if name.startswith("vllm:")
+        }
+    )
 
 
 def main() -> None:

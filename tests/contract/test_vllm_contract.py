@@ -16,7 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pdcheck.serving.metrics import NIXL_BYTES, NIXL_FAILED, NIXL_XFER_COUNT, PROMPT_TOKENS_BY_SOURCE
+from pdcheck.serving.metrics import (
+    NIXL_BYTES,
+    NIXL_FAILED,
+    NIXL_XFER_COUNT,
+    PROMPT_TOKENS_BY_SOURCE,
+)
 from tests.contract.builds import RELEASES, Build
 from tests.fakes.nvidia_smi import fake_nvidia_smi
 
@@ -44,7 +49,11 @@ def test_doctor_reads_version_commit_and_fixes_from_the_build(build: Build):
     assert proc.returncode == 0, proc.stderr[-2000:]
     vllm = json.loads(proc.stdout)["vllm"]
     assert vllm["vllm_path"] == str(build.vllm_dir)
-    assert (vllm["vllm_dist"], vllm["vllm_version"], vllm["vllm_commit"]) == ("vllm", build.version, RELEASES[build.version])
+    assert (vllm["vllm_dist"], vllm["vllm_version"], vllm["vllm_commit"]) == (
+        "vllm",
+        build.version,
+        RELEASES[build.version],
+    )
     assert vllm["fixes"] == {"block-reuse": True, "zeroing": True}
 
 
@@ -56,7 +65,18 @@ def dry_runs(build: Build, tmp_path_factory) -> dict[str, subprocess.CompletedPr
     out = tmp_path_factory.mktemp("dry-run")
     path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     return {
-        name: build.run(["-m", "pdcheck", "sweep", f"sweeps/{name}.yaml", "--dry-run", "--out", str(out / name)], PATH=path)
+        name: build.run(
+            [
+                "-m",
+                "pdcheck",
+                "sweep",
+                f"sweeps/{name}.yaml",
+                "--dry-run",
+                "--out",
+                str(out / name),
+            ],
+            PATH=path,
+        )
         for name in GPU_SWEEPS
     }
 
@@ -83,12 +103,18 @@ def _hybrid_nixl_servers(dry_run_text: str, spec: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("sweep", list(GPU_SWEEPS))
-def test_hybrid_nixl_servers_set_the_conv_state_layout_nixl_needs(dry_runs, gpu_decisions, sweep: str):
+def test_hybrid_nixl_servers_set_the_conv_state_layout_nixl_needs(
+    dry_runs, gpu_decisions, sweep: str
+):
     """The build's default layout is not DS, which NIXL's worker asserts for Mamba models: every hybrid NIXL server sets DS."""
-    assert gpu_decisions["ssm_conv_state_layout"] != "DS", "vLLM now defaults to DS on GPU: pdcheck's DS default is redundant"
+    assert gpu_decisions["ssm_conv_state_layout"] != "DS", (
+        "vLLM now defaults to DS on GPU: pdcheck's DS default is redundant"
+    )
     servers = _hybrid_nixl_servers(dry_runs[sweep].stdout, GPU_SWEEPS[sweep])
     without = [s[:160] for s in servers if "VLLM_SSM_CONV_STATE_LAYOUT=DS" not in s]
-    assert not without, f"{len(without)} of {len(servers)} hybrid NIXL servers lack DS, e.g. {without[0]}"
+    assert not without, (
+        f"{len(without)} of {len(servers)} hybrid NIXL servers lack DS, e.g. {without[0]}"
+    )
 
 
 def test_adapter_names_exist_in_the_build(names: dict, build: Build):
@@ -105,7 +131,9 @@ def test_metric_names_pdcheck_reads_are_exposed_by_a_nixl_decoder(names: dict):
     wanted = {
         f"{PROMPT_TOKENS_BY_SOURCE}{{source=external_kv_transfer}}",
         f"{PROMPT_TOKENS_BY_SOURCE}{{source=local_compute}}",
-        NIXL_XFER_COUNT, NIXL_BYTES, NIXL_FAILED,
+        NIXL_XFER_COUNT,
+        NIXL_BYTES,
+        NIXL_FAILED,
     }
     assert wanted <= exposed, f"missing: {sorted(wanted - exposed)}"
 
@@ -125,8 +153,16 @@ def test_gpu_decisions_pdcheck_relies_on(gpu_decisions: dict, build: Build):
     assert (gpu_decisions["vllm_version"], gpu_decisions["device_type"]) == (build.version, "cuda")
     tp1, tp2 = gpu_decisions["executor"]["1"], gpu_decisions["executor"]["2"]
     # TP 1: the worker runs inside the EngineCore process (issue 16 item 1: roles are not told apart by process name).
-    assert (tp1["backend"], tp1["executor"], tp1["worker_process"]) == ("uni", "UniProcExecutor", "EngineCore")
-    assert (tp2["backend"], tp2["executor"], tp2["worker_process"]) == ("mp", "MultiprocExecutor", "VllmWorker-{rank}")
+    assert (tp1["backend"], tp1["executor"], tp1["worker_process"]) == (
+        "uni",
+        "UniProcExecutor",
+        "EngineCore",
+    )
+    assert (tp2["backend"], tp2["executor"], tp2["worker_process"]) == (
+        "mp",
+        "MultiprocExecutor",
+        "VllmWorker-{rank}",
+    )
     assert tp1["worker_cls"] == tp2["worker_cls"] == "vllm.v1.worker.gpu_worker.Worker"
     assert gpu_decisions["ssm_conv_state_layout"] == "SD"
     assert gpu_decisions["async_scheduling_default"] is True

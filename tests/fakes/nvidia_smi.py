@@ -25,7 +25,13 @@ sys.exit(9)
 """
 
 
-def fake_nvidia_smi(directory: str | Path, count: int, *, name: str = "NVIDIA H100 80GB HBM3", memory_mib: int = 81559) -> str:
+def fake_nvidia_smi(
+    directory: str | Path,
+    count: int,
+    *,
+    name: str = "NVIDIA H100 80GB HBM3",
+    memory_mib: int = 81559,
+) -> str:
     """Path of an executable that reports `count` GPUs with indices 0..count-1."""
     lines = [f"{i}, {fake_uuid(i)}, {name}, {memory_mib}" for i in range(count)]
     path = Path(directory) / f"nvidia-smi-{count}"

@@ -18,7 +18,9 @@ from aiohttp import web
 Responder = Callable[[dict[str, Any]], Any]
 
 
-def echo_completion(body: dict[str, Any], text: str = " The answer is 42.\n#### 42") -> dict[str, Any]:
+def echo_completion(
+    body: dict[str, Any], text: str = " The answer is 42.\n#### 42"
+) -> dict[str, Any]:
     """A well-formed /v1/completions answer with the given text."""
     return {
         "id": "cmpl-fake",
@@ -30,7 +32,9 @@ def echo_completion(body: dict[str, Any], text: str = " The answer is 42.\n#### 
 
 
 class FakeOpenAIServer:
-    def __init__(self, responder: Responder | None = None, *, delay_s: float = 0.0, host: str = "127.0.0.1"):
+    def __init__(
+        self, responder: Responder | None = None, *, delay_s: float = 0.0, host: str = "127.0.0.1"
+    ):
         self.responder = responder or echo_completion
         self.delay_s = delay_s
         self.host = host

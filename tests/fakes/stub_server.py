@@ -33,7 +33,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, payload: dict | str) -> None:
         body = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "text/plain" if isinstance(payload, str) else "application/json")
+        self.send_header(
+            "Content-Type", "text/plain" if isinstance(payload, str) else "application/json"
+        )
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -42,7 +44,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(503 if self.mode == "never-healthy" else 200, {})
         elif self.path == "/metrics":
-            self._send(200, 'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"} 0.0\n')
+            self._send(
+                200, 'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"} 0.0\n'
+            )
         else:
             self._send(404, {})
 
@@ -52,7 +56,9 @@ class _Handler(BaseHTTPRequestHandler):
         params = body.get("kv_transfer_params") or {}
         answer = {
             "choices": [{"index": 0, "text": f"stub {os.getpid()}", "finish_reason": "length"}],
-            "kv_transfer_params": {"remote_engine_id": str(os.getpid())} if params.get("do_remote_decode") else None,
+            "kv_transfer_params": {"remote_engine_id": str(os.getpid())}
+            if params.get("do_remote_decode")
+            else None,
         }
         self._send(200, answer)
 

@@ -17,14 +17,28 @@ FP32_ATTENTION_BACKEND = "TRITON_ATTN"
 
 def gpu_pd_cell(decode_tp: int) -> Cell:
     """1P1D of the random tiny Llama in fp32, prefill at TP 1, decode (and baseline) at `decode_tp`."""
-    spec = SweepSpec.model_validate({
-        "name": "gpu-test",
-        "models": [{"name": "llama", "path": "fixture:tiny-llama-random",
-                    "serve_args": ["--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
-                                   "--gpu-memory-utilization", "0.2"]}],
-        "matrix": {"decode_tp": [decode_tp], "attention_backend": [FP32_ATTENTION_BACKEND]},
-        "serving": {"platform": "gpu", "ready_timeout_s": 600},
-    })
+    spec = SweepSpec.model_validate(
+        {
+            "name": "gpu-test",
+            "models": [
+                {
+                    "name": "llama",
+                    "path": "fixture:tiny-llama-random",
+                    "serve_args": [
+                        "--dtype",
+                        "float32",
+                        "--max-model-len",
+                        "2048",
+                        "--enforce-eager",
+                        "--gpu-memory-utilization",
+                        "0.2",
+                    ],
+                }
+            ],
+            "matrix": {"decode_tp": [decode_tp], "attention_backend": [FP32_ATTENTION_BACKEND]},
+            "serving": {"platform": "gpu", "ready_timeout_s": 600},
+        }
+    )
     return expand_cells(spec)[0]
 
 
@@ -32,5 +46,7 @@ def gpu_shortfall(cell: Cell, inventory: GpuInventory) -> str | None:
     """Why `cell` cannot run on `inventory` (a skip reason), or None when its servers fit."""
     if cell.gpus_needed <= inventory.count:
         return None
-    return (f"needs {cell.gpus_needed} GPUs (prefill TP {cell.prefill_tp}, decode TP {cell.decode_tp}, "
-            f"baseline TP {cell.decode_tp}); this machine has {inventory.count} ({inventory.source})")
+    return (
+        f"needs {cell.gpus_needed} GPUs (prefill TP {cell.prefill_tp}, decode TP {cell.decode_tp}, "
+        f"baseline TP {cell.decode_tp}); this machine has {inventory.count} ({inventory.source})"
+    )

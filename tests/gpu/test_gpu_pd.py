@@ -20,7 +20,6 @@ from pdcheck.config.paths import fixture_models_dir
 from pdcheck.serving import plan_topology, require_kv_transferred, scrape_kv_metrics, serve_topology
 from pdcheck.serving.gpus import read_inventory
 from pdcheck.serving.ports import default_allocator
-
 from tests.gpu.cells import gpu_pd_cell, gpu_shortfall
 from tests.integration.conftest import greedy_token_ids
 
@@ -34,15 +33,26 @@ def test_gpu_pd_equals_baseline_with_disjoint_gpu_sets(decode_tp, gsm8k_dir):
     cell = gpu_pd_cell(decode_tp)
     if (shortfall := gpu_shortfall(cell, inventory)) is not None:
         pytest.skip(shortfall)
-    assert (fixture_models_dir() / "tiny-llama-random" / "config.json").is_file(), "run `pdcheck fixtures tiny-models`"
+    assert (fixture_models_dir() / "tiny-llama-random" / "config.json").is_file(), (
+        "run `pdcheck fixtures tiny-models`"
+    )
     with open(f"{gsm8k_dir}/test.jsonl") as f:
-        prompts = [f"Question: {json.loads(line)['question']}\nAnswer:" for _, line in zip(range(20), f)]
-    plan = plan_topology(cell, inventory=inventory, ports=default_allocator(),
-                         run_dir=Path(tempfile.mkdtemp(prefix="pdcheck-gpu-")))
+        prompts = [
+            f"Question: {json.loads(line)['question']}\nAnswer:"
+            for _, line in zip(range(20), f, strict=False)
+        ]
+    plan = plan_topology(
+        cell,
+        inventory=inventory,
+        ports=default_allocator(),
+        run_dir=Path(tempfile.mkdtemp(prefix="pdcheck-gpu-")),
+    )
     model = str(fixture_models_dir() / "tiny-llama-random")
     with serve_topology(plan) as ep:
         before = scrape_kv_metrics(ep.decoder_metrics_urls[0])
         base = greedy_token_ids(ep.baseline_url, prompts, model=model, tag="base", concurrency=4)
         pd = greedy_token_ids(ep.pd_url, prompts, model=model, tag="pd", concurrency=4)
-        require_kv_transferred(scrape_kv_metrics(ep.decoder_metrics_urls[0]).minus(before), where="decode-0")
+        require_kv_transferred(
+            scrape_kv_metrics(ep.decoder_metrics_urls[0]).minus(before), where="decode-0"
+        )
     assert pd == base

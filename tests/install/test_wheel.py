@@ -34,7 +34,9 @@ def _shipped_files() -> dict[str, bytes]:
     """`pdcheck/data/<folder>/<path>` -> bytes, for every file of the top-level sweeps/ and fixtures/."""
     return {
         f"pdcheck/data/{p.relative_to(ROOT).as_posix()}": p.read_bytes()
-        for folder in SHIPPED for p in sorted((ROOT / folder).rglob("*")) if p.is_file()
+        for folder in SHIPPED
+        for p in sorted((ROOT / folder).rglob("*"))
+        if p.is_file()
     }
 
 
@@ -44,8 +46,13 @@ def dist(tmp_path_factory) -> Path:
     if given := os.environ.get("PDCHECK_DIST_DIR"):
         return Path(given)
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
-                   check=True, capture_output=True, text=True, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     return out
 
 
@@ -62,8 +69,23 @@ def venv(tmp_path_factory, wheel) -> Path:
     # Without pip of its own (ensurepip takes seconds): this venv's pip installs into it.
     subprocess.run([base_python, "-m", "venv", "--without-pip", str(path)], check=True)
     # --no-compile: byte-compiling scipy, pandas and pyarrow is a third of the install's CPU time.
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install", "--quiet",
-                    "--disable-pip-version-check", "--no-compile", str(wheel)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(path / "bin" / "python"),
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return path
 
 
@@ -72,14 +94,32 @@ def pdcheck(venv, tmp_path_factory):
     """Run the installed `pdcheck` from an empty folder, with no path leading back to the repo."""
     empty = tmp_path_factory.mktemp("empty")
     # As tests/conftest.py's clean_environ does for in-process tests: the host's settings stay out.
-    host_only = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PDCHECK_", "VLLM_", "HF_", "CUDA_VISIBLE_DEVICES")
+    host_only = (
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "VIRTUAL_ENV",
+        "PDCHECK_",
+        "VLLM_",
+        "HF_",
+        "CUDA_VISIBLE_DEVICES",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(host_only)}
-    env.update(PDCHECK_CACHE_DIR=str(tmp_path_factory.mktemp("cache")), HF_HUB_OFFLINE="1", COLUMNS="200")
+    env.update(
+        PDCHECK_CACHE_DIR=str(tmp_path_factory.mktemp("cache")), HF_HUB_OFFLINE="1", COLUMNS="200"
+    )
 
     def run(*args: str, expect: int = 0, **extra_env: str) -> str:
-        proc = subprocess.run([str(venv / "bin" / "pdcheck"), *args], cwd=empty, env={**env, **extra_env},
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == expect, f"pdcheck {' '.join(args)}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        proc = subprocess.run(
+            [str(venv / "bin" / "pdcheck"), *args],
+            cwd=empty,
+            env={**env, **extra_env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == expect, (
+            f"pdcheck {' '.join(args)}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
         return proc.stdout + proc.stderr
 
     run.cwd = empty
@@ -88,10 +128,17 @@ def pdcheck(venv, tmp_path_factory):
 
 def test_the_venv_has_no_vllm_and_no_view_of_the_repo(venv):
     """The installed package is the wheel's copy in the new venv, and vLLM and torch are absent."""
-    code = ("import importlib.util, pdcheck; print(pdcheck.__file__); "
-            "print([m for m in ('vllm', 'torch') if importlib.util.find_spec(m)])")
-    out = subprocess.run([str(venv / "bin" / "python"), "-I", "-c", code], check=True, capture_output=True, text=True,
-                         cwd="/").stdout.splitlines()
+    code = (
+        "import importlib.util, pdcheck; print(pdcheck.__file__); "
+        "print([m for m in ('vllm', 'torch') if importlib.util.find_spec(m)])"
+    )
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-I", "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd="/",
+    ).stdout.splitlines()
     assert Path(out[0]).is_relative_to(venv) and out[1] == "[]"
 
 
@@ -110,7 +157,9 @@ def test_shipped_sweeps_list_validate_and_dry_run_by_bare_name(pdcheck):
     plan = pdcheck("sweep", "pr", "--dry-run", "--gpus", "4")
     assert "(gpu)" in plan and "vllm.entrypoints.cli.main serve Qwen/Qwen3-0.6B" in plan
     assert "argv not checked" in plan and "cannot import vllm" in plan
-    assert "no such sweep file; shipped sweeps: cpu-smoke" in pdcheck("validate", "sweeps/pr.yaml", expect=3)
+    assert "no such sweep file; shipped sweeps: cpu-smoke" in pdcheck(
+        "validate", "sweeps/pr.yaml", expect=3
+    )
     # No file: the default sweep for the GPUs found (none visible here) is a shipped one too.
     default = pdcheck("sweep", "--dry-run", CUDA_VISIBLE_DEVICES="")
     assert "using the shipped sweep cpu-smoke" in default and "# sweep cpu-smoke" in default
@@ -135,15 +184,20 @@ def test_sweep_report_and_merge_run_from_the_wheel(pdcheck, tmp_path):
     from pdcheck.evals import load_task
     from pdcheck.sweep.run import shard_cells
 
-    gold = {ex.question.strip(): ex.final_answer for ex in load_task(EvalSettings(task="gsm8k-synth")).test[:8]}
+    gold = {
+        ex.question.strip(): ex.final_answer
+        for ex in load_task(EvalSettings(task="gsm8k-synth")).test[:8]
+    }
     sweep = tmp_path / "fake.yaml"
-    sweep.write_text(textwrap.dedent("""\
+    sweep.write_text(
+        textwrap.dedent("""\
         name: fake
         models: [{name: fake, path: /nonexistent/fake-model}]
         matrix: {arms: [fixes-on, {name: again}], concurrency: [2]}
         eval: {task: gsm8k-synth, limit: 8, max_tokens: 16}
         analysis: {margin_pts: 60}
-        """))
+        """)
+    )
     cells = expand_cells(load_sweep(sweep))
     shards = []
     with FakeOpenAIServer(answering(gold)) as base, FakeOpenAIServer(answering(gold)) as pd:
@@ -151,8 +205,20 @@ def test_sweep_report_and_merge_run_from_the_wheel(pdcheck, tmp_path):
         for i in (1, 2):
             for cell in shard_cells(cells, (i, 2)):
                 shards.append(tmp_path / f"shard-{i}-{cell.arm.name}")
-                pdcheck("sweep", str(sweep), "--shard", f"{i}/2", "--only", cell.name, "--out", str(shards[-1]),
-                        "--baseline-url", base.url, "--pd-url", pd.url)
+                pdcheck(
+                    "sweep",
+                    str(sweep),
+                    "--shard",
+                    f"{i}/2",
+                    "--only",
+                    cell.name,
+                    "--out",
+                    str(shards[-1]),
+                    "--baseline-url",
+                    base.url,
+                    "--pd-url",
+                    pd.url,
+                )
     pdcheck("merge", *map(str, shards), "--out", str(tmp_path / "merged"))
     report = pdcheck("report", str(tmp_path / "merged"), "--format", "md")
     assert all(cell.name in report for cell in cells)
@@ -172,5 +238,7 @@ def test_wheel_and_sdist_carry_every_shipped_file_and_no_tests(dist, wheel):
         members = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if "/" in m.name}
         assert {name: tar.extractfile(members[name]).read() for name in expected} == expected
     for listing in (names, list(members)):
-        assert not [n for n in listing if n.startswith(("tests/", "benchmarks/")) or "/tests/" in n], listing
+        assert not [
+            n for n in listing if n.startswith(("tests/", "benchmarks/")) or "/tests/" in n
+        ], listing
         assert any(n.startswith("pdcheck/cli/") for n in listing)

@@ -31,17 +31,24 @@ from pdcheck.serving.ports import default_allocator
 READY_TIMEOUT_S = 240
 # float32 so greedy picks do not flip at near-ties; Granite's hybrid needs prefix caching off.
 SERVE_ARGS = ["--max-model-len", "2048", "--no-enable-prefix-caching"]
-MODELS = {"llama": ("tiny-llama-random", "full-attention"), "granite": ("tiny-granite-random", "hybrid")}
+MODELS = {
+    "llama": ("tiny-llama-random", "full-attention"),
+    "granite": ("tiny-granite-random", "hybrid"),
+}
 
 
 def tiny_model_cell(key: str) -> Cell:
     """A CPU cell for one tiny fixture model: baseline + 1P1D over NIXL with a CPU buffer."""
     name, kind = MODELS[key]
     if not (fixture_models_dir() / name / "config.json").is_file():
-        pytest.fail(f"{fixture_models_dir() / name} is missing: run `pdcheck fixtures tiny-models` (make test does)")
+        pytest.fail(
+            f"{fixture_models_dir() / name} is missing: run `pdcheck fixtures tiny-models` (make test does)"
+        )
     spec = {
         "name": "integration",
-        "models": [{"name": key, "path": f"fixture:{name}", "kind": kind, "serve_args": SERVE_ARGS}],
+        "models": [
+            {"name": key, "path": f"fixture:{name}", "kind": kind, "serve_args": SERVE_ARGS}
+        ],
         "connector": {"kv_buffer_device": "cpu"},
         "serving": {"platform": "cpu", "ready_timeout_s": READY_TIMEOUT_S},
     }
@@ -60,7 +67,12 @@ class _OneTopologyAtATime:
         if self.key != key:
             self.close()
             run_dir = Path(tempfile.mkdtemp(prefix=f"pdcheck-it-{key}-"))
-            plan = plan_topology(tiny_model_cell(key), inventory=GpuInventory((), "none"), ports=default_allocator(), run_dir=run_dir)
+            plan = plan_topology(
+                tiny_model_cell(key),
+                inventory=GpuInventory((), "none"),
+                ports=default_allocator(),
+                run_dir=run_dir,
+            )
             self.endpoints = self._stack.enter_context(serve_topology(plan))
             self.key = key
         assert self.endpoints is not None
@@ -129,12 +141,20 @@ def complete(url: str, body: dict, *, request_id: str, timeout_s: float = 120) -
         return json.loads(resp.read())
 
 
-def greedy_token_ids(url: str, prompts: list[str], *, model: str, tag: str, concurrency: int, max_tokens: int = 32) -> list[list[int]]:
+def greedy_token_ids(
+    url: str, prompts: list[str], *, model: str, tag: str, concurrency: int, max_tokens: int = 32
+) -> list[list[int]]:
     """Greedy generated token ids per prompt (EOS ignored so every answer has max_tokens tokens)."""
 
     def one(i: int) -> list[int]:
-        body = {"model": model, "prompt": prompts[i], "max_tokens": max_tokens, "temperature": 0,
-                "ignore_eos": True, "return_token_ids": True}
+        body = {
+            "model": model,
+            "prompt": prompts[i],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "return_token_ids": True,
+        }
         return complete(url, body, request_id=f"{tag}-q{i:05d}")["choices"][0]["token_ids"]
 
     with ThreadPoolExecutor(concurrency) as pool:

@@ -46,15 +46,30 @@ def test_both_engines_score_every_question_the_same(gsm8k_dir, tmp_path, monkeyp
         return echo_completion(body, text=completions.get(question, " 0"))
 
     with FakeOpenAIServer(responder) as server:
-        ours = run_eval(server.url, task, settings=settings, concurrency=8, out_path=tmp_path / "pdcheck.jsonl")
-        theirs = run_eval(server.url, task, settings=settings.model_copy(update={"engine": "lm-eval"}), concurrency=8,
-                          out_path=tmp_path / "lmeval.jsonl")
+        ours = run_eval(
+            server.url, task, settings=settings, concurrency=8, out_path=tmp_path / "pdcheck.jsonl"
+        )
+        theirs = run_eval(
+            server.url,
+            task,
+            settings=settings.model_copy(update={"engine": "lm-eval"}),
+            concurrency=8,
+            out_path=tmp_path / "lmeval.jsonl",
+        )
     a = {r.index: r for r in read_records(tmp_path / "pdcheck.jsonl")}
     b = {r.index: r for r in read_records(tmp_path / "lmeval.jsonl")}
     assert sorted(a) == sorted(b) == list(range(N_QUESTIONS))
     for i in range(N_QUESTIONS):
-        assert a[i].prompt_sha256 == b[i].prompt_sha256, f"question {i}: lm-eval sent another prompt"
-        assert (a[i].correct, a[i].invalid, a[i].answers) == (b[i].correct, b[i].invalid, b[i].answers), f"question {i}"
+        assert a[i].prompt_sha256 == b[i].prompt_sha256, (
+            f"question {i}: lm-eval sent another prompt"
+        )
+        assert (a[i].correct, a[i].invalid, a[i].answers) == (
+            b[i].correct,
+            b[i].invalid,
+            b[i].answers,
+        ), f"question {i}"
         assert a[i].gold == b[i].gold
     assert ours.accuracy == theirs.accuracy == 12 / 30  # kinds 0 and 4 are right under strict-match
-    assert os.path.isdir(tmp_path / "hf-datasets"), "lm-eval read the local files through datasets' json loader"
+    assert os.path.isdir(tmp_path / "hf-datasets"), (
+        "lm-eval read the local files through datasets' json loader"
+    )

@@ -23,19 +23,27 @@ def vllm_url(llama_pd) -> str:
 
 def test_twenty_questions_record_token_ids_and_logprobs(vllm_url, gsm8k_dir, tmp_path):
     """20 GSM8K questions at concurrency 4: every record ok, with vLLM's token ids and top-2 logprobs per token."""
-    settings = EvalSettings(dataset=gsm8k_dir, limit=20, max_tokens=32, logprobs=True, request_timeout_s=120)
+    settings = EvalSettings(
+        dataset=gsm8k_dir, limit=20, max_tokens=32, logprobs=True, request_timeout_s=120
+    )
     out = tmp_path / "records.jsonl"
-    summary = run_eval(vllm_url, load_task(settings), settings=settings, concurrency=4, out_path=out, run_tag="it")
+    summary = run_eval(
+        vllm_url, load_task(settings), settings=settings, concurrency=4, out_path=out, run_tag="it"
+    )
     records = sorted(read_records(out), key=lambda r: r.index)
     assert [r.index for r in records] == list(range(20))
     assert summary.error_rate == 0.0 and summary.n == 20, [r.error for r in records if not r.ok]
-    assert summary.model and summary.model.endswith("tiny-llama-random"), "the model name comes from /v1/models"
+    assert summary.model and summary.model.endswith("tiny-llama-random"), (
+        "the model name comes from /v1/models"
+    )
     for r in records:
         assert r.ok and r.finish_reason in ("stop", "length")
         assert r.prompt_tokens and r.prompt_tokens > 100, "the 5-shot prompt reached the model"
         assert r.token_ids is not None and len(r.token_ids) == r.completion_tokens
         assert r.logprobs is not None and len(r.logprobs) == r.completion_tokens
-        assert all(len(t.top) >= 2 for t in r.logprobs), "top-2 alternatives at every generated position"
+        assert all(len(t.top) >= 2 for t in r.logprobs), (
+            "top-2 alternatives at every generated position"
+        )
         assert r.request_id == f"it-q{r.index:05d}"
     assert summary.questions_per_s and summary.latency_p50_s
 

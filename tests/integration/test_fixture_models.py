@@ -31,9 +31,15 @@ def test_trained_tiny_model_meets_the_accuracy_bar(model_name, tmp_path):
     model = fixture_models_dir() / model_name
     if not (model / "config.json").is_file():
         pytest.fail(f"{model} is missing: run `pdcheck fixtures tiny-models` (make test does)")
-    measured = json.loads((FIXTURES_DIR / "accuracy.json").read_text())["models"][model_name]["accuracy"]
+    measured = json.loads((FIXTURES_DIR / "accuracy.json").read_text())["models"][model_name][
+        "accuracy"
+    ]
     summary = measure_accuracy(
-        model, out_dir=tmp_path, limit=QUESTIONS, concurrency=8, extra_args=recorded_serve_args(model_name)
+        model,
+        out_dir=tmp_path,
+        limit=QUESTIONS,
+        concurrency=8,
+        extra_args=recorded_serve_args(model_name),
     )
     assert summary.n == QUESTIONS and summary.error_rate == 0.0
     assert summary.accuracy >= max(BAR, measured - MARGIN), (

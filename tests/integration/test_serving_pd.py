@@ -16,7 +16,6 @@ import pytest
 
 from pdcheck.serving import require_kv_transferred, scrape_kv_metrics
 from pdcheck.serving.proxy import prefill_request
-
 from tests.integration.conftest import complete, greedy_token_ids, model_path
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
@@ -26,7 +25,7 @@ N_PROMPTS = 20
 
 def gsm8k_prompts(gsm8k_dir: str, n: int = N_PROMPTS) -> list[str]:
     with open(f"{gsm8k_dir}/test.jsonl") as f:
-        questions = [json.loads(line)["question"] for _, line in zip(range(n), f)]
+        questions = [json.loads(line)["question"] for _, line in zip(range(n), f, strict=False)]
     return [f"Question: {q}\nAnswer:" for q in questions]
 
 
@@ -40,18 +39,26 @@ def test_pd_equals_baseline_and_the_decoder_received_kv(pd, gsm8k_dir):
     """20 GSM8K prompts: PD greedy token ids == baseline at concurrency 1 and 4; decoder metrics show KV received, none failed."""
     key, ep = pd
     prompts, model = gsm8k_prompts(gsm8k_dir), model_path(key)
-    baseline = greedy_token_ids(ep.baseline_url, prompts, model=model, tag=f"{key}-base", concurrency=4)
+    baseline = greedy_token_ids(
+        ep.baseline_url, prompts, model=model, tag=f"{key}-base", concurrency=4
+    )
     before = scrape_kv_metrics(ep.decoder_metrics_urls[0])
     for concurrency in (1, 4):
-        got = greedy_token_ids(ep.pd_url, prompts, model=model, tag=f"{key}-pd-c{concurrency}", concurrency=concurrency)
+        got = greedy_token_ids(
+            ep.pd_url, prompts, model=model, tag=f"{key}-pd-c{concurrency}", concurrency=concurrency
+        )
         mismatched = [i for i in range(N_PROMPTS) if got[i] != baseline[i]]
-        assert not mismatched, f"{key} c{concurrency}: PD differs from the baseline on prompts {mismatched}"
+        assert not mismatched, (
+            f"{key} c{concurrency}: PD differs from the baseline on prompts {mismatched}"
+        )
     delta = scrape_kv_metrics(ep.decoder_metrics_urls[0]).minus(before)
     require_kv_transferred(delta, where=key)
     assert delta.transfers >= 2 * N_PROMPTS and delta.failed_transfers == 0
     # Nearly the whole prompt came over NIXL (a hybrid recomputes its last prompt token).
     assert delta.external_kv_tokens > 10 * delta.local_compute_tokens
-    assert len(set(map(tuple, baseline))) > 1, "the model must not answer every prompt alike, or equality proves nothing"
+    assert len(set(map(tuple, baseline))) > 1, (
+        "the model must not answer every prompt alike, or equality proves nothing"
+    )
 
 
 def test_negative_control_wrong_kv_changes_the_answer(pd, gsm8k_dir):
@@ -61,14 +68,29 @@ def test_negative_control_wrong_kv_changes_the_answer(pd, gsm8k_dir):
     prefill_url = next(url for name, url in _server_urls(ep).items() if name.startswith("prefill"))
     decode_url = next(url for name, url in _server_urls(ep).items() if name.startswith("decode"))
     differing = 0
-    for pair, (a, b) in enumerate(zip(prompts[0::2], prompts[1::2])):
-        body_b = {"model": model, "prompt": b, "max_tokens": 32, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
-        expected = complete(ep.baseline_url, body_b, request_id=f"{key}-neg-base-q{pair:05d}")["choices"][0]["token_ids"]
+    for pair, (a, b) in enumerate(zip(prompts[0::2], prompts[1::2], strict=False)):
+        body_b = {
+            "model": model,
+            "prompt": b,
+            "max_tokens": 32,
+            "temperature": 0,
+            "ignore_eos": True,
+            "return_token_ids": True,
+        }
+        expected = complete(ep.baseline_url, body_b, request_id=f"{key}-neg-base-q{pair:05d}")[
+            "choices"
+        ][0]["token_ids"]
         rid = f"{key}-neg-pd-q{pair:05d}"
-        params = complete(prefill_url, prefill_request({**body_b, "prompt": a}), request_id=rid)["kv_transfer_params"]
-        got = complete(decode_url, {**body_b, "kv_transfer_params": params}, request_id=rid)["choices"][0]["token_ids"]
+        params = complete(prefill_url, prefill_request({**body_b, "prompt": a}), request_id=rid)[
+            "kv_transfer_params"
+        ]
+        got = complete(decode_url, {**body_b, "kv_transfer_params": params}, request_id=rid)[
+            "choices"
+        ][0]["token_ids"]
         differing += got != expected
-    assert differing == 3, f"{key}: only {differing}/3 decodes with the wrong KV differed from the baseline"
+    assert differing == 3, (
+        f"{key}: only {differing}/3 decodes with the wrong KV differed from the baseline"
+    )
 
 
 def _server_urls(ep) -> dict[str, str]:
@@ -82,6 +104,9 @@ def test_every_cpu_server_waits_instead_of_spinning(pd):
         plugin_dir = Path(log_path).parent.parent / "plugin" / name
         markers = [json.loads(p.read_text()) for p in plugin_dir.glob("activation-*.json")]
         for process in ("EngineCore", "VllmWorker"):
-            switches = [m["switches"] for m in markers if str(m.get("process_name", "")).startswith(process)]
-            assert switches and all({"idle-backoff-ms=16", "shm-spin-sleep-us=50"} <= set(s) for s in switches), \
-                f"{key} {name} {process}: {switches}"
+            switches = [
+                m["switches"] for m in markers if str(m.get("process_name", "")).startswith(process)
+            ]
+            assert switches and all(
+                {"idle-backoff-ms=16", "shm-spin-sleep-us=50"} <= set(s) for s in switches
+            ), f"{key} {name} {process}: {switches}"

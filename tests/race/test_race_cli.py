@@ -37,7 +37,9 @@ def test_incompatible_vllm_exits_2_naming_what_is_missing(adapter, monkeypatch, 
     """The harness cannot run on a vLLM without the internals it needs: exit 2, never a clean pass."""
 
     def incompatible():
-        raise VllmIncompatible("9.9.9", missing=["vllm.v1.core.sched.scheduler:Scheduler._free_request_blocks"])
+        raise VllmIncompatible(
+            "9.9.9", missing=["vllm.v1.core.sched.scheduler:Scheduler._free_request_blocks"]
+        )
 
     monkeypatch.setattr(adapter, "check_internals", incompatible)
     assert main(ARGS) == 2

@@ -37,5 +37,7 @@ def test_mutation_is_caught(adapter, mutation):
     variant, family = CASES[mutation]
     summary = run_race(seeds=5, requests=CI_REQUESTS, variants=[variant], mutation=mutation)
     result = summary.variants[0]
-    assert result.seeds_by_family.get(family, 0) >= 4, f"{mutation} on {variant}: {result.findings_by_kind}"
+    assert result.seeds_by_family.get(family, 0) >= 4, (
+        f"{mutation} on {variant}: {result.findings_by_kind}"
+    )
     assert summary.mutation == mutation and summary.exit_code == 1

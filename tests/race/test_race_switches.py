@@ -20,7 +20,9 @@ def _abort_with_step_in_flight(adapter):
     sched.add_request("a", list(range(1, 40)), max_tokens=8, eos_token_id=0, remote=False)
     first = sched.schedule()
     sched.schedule()  # a's decode step: dispatched while the prefill is in flight
-    sched.update(first, {"a": [7]}, finished_recving=set(), failed_recving=set(), invalid_block_ids=set())
+    sched.update(
+        first, {"a": [7]}, finished_recving=set(), failed_recving=set(), invalid_block_ids=set()
+    )
     before = sched.num_free_blocks()
     assert sched.abort("a")
     return sched, sched.num_free_blocks() - before
@@ -35,7 +37,9 @@ def test_block_reuse_switch_frees_at_once_with_a_step_in_flight(adapter):
         assert applied == ["block-reuse"]
         sched, freed = _abort_with_step_in_flight(adapter)
         assert not sched.defer_block_free and freed == 3
-    assert adapter.SimScheduler(adapter.SchedulerSpec()).defer_block_free, "leaving the block restores the fix"
+    assert adapter.SimScheduler(adapter.SchedulerSpec()).defer_block_free, (
+        "leaving the block restores the fix"
+    )
 
 
 def _zeroed_load_blocks(adapter):
@@ -79,7 +83,13 @@ def test_install_from_env_is_the_same_switch_and_idempotent():
         "print(json.dumps({'first': first, 'second': second, 'defer': s.defer_block_free,\n"
         "  'zeroed': sorted(set(step.loads[0].block_ids[0]) & set(step.zero_block_ids)), 'status': switches.status()}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["first"] == result["second"] == ["block-reuse", "zeroing"]

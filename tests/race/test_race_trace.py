@@ -14,7 +14,13 @@ pytestmark = pytest.mark.vllm
 
 def test_recorded_trace_with_block_reuse_off_shows_the_hazard(adapter, tmp_path):
     """Block-reuse off: the harness run's trace holds a stale-write window; trace check reports it (exit-1 data)."""
-    run_race(seeds=1, requests=60, variants=["attention"], disable_fixes=["block-reuse"], trace_dir=str(tmp_path))
+    run_race(
+        seeds=1,
+        requests=60,
+        variants=["attention"],
+        disable_fixes=["block-reuse"],
+        trace_dir=str(tmp_path),
+    )
     result = check_trace_dir(str(tmp_path))
     assert result.segments == 1 and result.steps > 50
     kinds = {f.kind for f in result.findings}
@@ -23,7 +29,13 @@ def test_recorded_trace_with_block_reuse_off_shows_the_hazard(adapter, tmp_path)
 
 def test_recorded_trace_with_zeroing_off_shows_the_hazard(adapter, tmp_path):
     """Zeroing off on a hybrid: the trace shows a step zeroing blocks an outstanding load writes."""
-    run_race(seeds=1, requests=60, variants=["hybrid-align"], disable_fixes=["zeroing"], trace_dir=str(tmp_path))
+    run_race(
+        seeds=1,
+        requests=60,
+        variants=["hybrid-align"],
+        disable_fixes=["zeroing"],
+        trace_dir=str(tmp_path),
+    )
     assert Kind.ZEROING_OF_LOAD_TARGET in {f.kind for f in check_trace_dir(str(tmp_path)).findings}
 
 
@@ -37,7 +49,11 @@ def test_recorded_trace_of_shipped_vllm_is_clean_and_complete(adapter, tmp_path)
     with open(tmp_path / name) as fh:
         events = [json.loads(line) for line in fh]
     assert {e["e"] for e in events} == {"start", "step", "done", "free"}
-    assert any(e["e"] == "free" and e["deferred"] for e in events), "deferred frees carry their fence"
-    assert any(e["e"] == "step" and e.get("loads") for e in events) and any(e["e"] == "done" and e.get("ok") for e in events)
+    assert any(e["e"] == "free" and e["deferred"] for e in events), (
+        "deferred frees carry their fence"
+    )
+    assert any(e["e"] == "step" and e.get("loads") for e in events) and any(
+        e["e"] == "done" and e.get("ok") for e in events
+    )
     start = events[0]
     assert start["groups"][0] == ["mamba", 16] and start["defer_block_free"] is True

@@ -38,7 +38,8 @@ def test_core_imports_without_vllm():
 def test_top_level_all_is_exactly_the_public_names():
     # Submodules become attributes when imported; they are not API names.
     public = {
-        n for n in dir(pdcheck)
+        n
+        for n in dir(pdcheck)
         if not n.startswith(("_", "@")) and not inspect.ismodule(getattr(pdcheck, n))
     }
     assert set(pdcheck.__all__) == public | {"__version__"}

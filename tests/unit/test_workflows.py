@@ -36,13 +36,20 @@ def _steps(workflow: dict, job: str) -> list[dict]:
 
 
 def _runs(workflow: dict) -> list[str]:
-    return [step["run"] for job in workflow["jobs"].values() for step in job.get("steps", []) if "run" in step]
+    return [
+        step["run"]
+        for job in workflow["jobs"].values()
+        for step in job.get("steps", [])
+        if "run" in step
+    ]
 
 
 def _command_lines(script: str) -> list[list[str]]:
     """Shell words of each pdcheck/make command in a script (expressions and variables made inert)."""
     script = re.sub(r"\$\{\{[^}]*\}\}", "X", script)
-    script = re.sub(r"<<'?(\w+)'?\n.*?\n\s*\1\n", "\n", script, flags=re.S)  # heredocs are not commands
+    script = re.sub(
+        r"<<'?(\w+)'?\n.*?\n\s*\1\n", "\n", script, flags=re.S
+    )  # heredocs are not commands
     script = script.replace("\\\n", " ")
     found = []
     for line in script.splitlines():
@@ -63,7 +70,9 @@ def _pdcheck_invocations(workflow: dict) -> list[list[str]]:
                 out.append(words[1:])
                 continue
             target = words[1] if len(words) > 1 else "all"
-            assert re.search(rf"^{re.escape(target)}:", makefile, flags=re.M), f"make {target}: no such target"
+            assert re.search(rf"^{re.escape(target)}:", makefile, flags=re.M), (
+                f"make {target}: no such target"
+            )
             variables = dict(w.split("=", 1) for w in words[2:] if "=" in w)
             if target == "sweep":
                 out.append(["sweep", *shlex.split(variables.get("SWEEP", ""))])
@@ -78,7 +87,9 @@ def _check_invocation(argv: list[str]) -> None:
     for word in argv[1:]:
         if word.startswith("-"):
             option = word.split("=", 1)[0]
-            assert option in declared, f"pdcheck {name} has no option {option} (has {sorted(declared)})"
+            assert option in declared, (
+                f"pdcheck {name} has no option {option} (has {sorted(declared)})"
+            )
 
 
 @pytest.mark.parametrize("name", ["ci.yml", "pd-accuracy.yml"])
@@ -97,11 +108,15 @@ def test_cpu_workflow_runs_tests_race_and_smoke_sweep_and_uploads_results():
     job = workflow["jobs"]["cpu"]
     assert job["runs-on"].startswith("ubuntu")
     scripts = [s.get("run", "") for s in job["steps"]]
-    order = [next(i for i, s in enumerate(scripts) if pattern in s)
-             for pattern in ("make setup", "make test", "pdcheck race", "make sweep")]
+    order = [
+        next(i for i, s in enumerate(scripts) if pattern in s)
+        for pattern in ("make setup", "make test", "pdcheck race", "make sweep")
+    ]
     assert order == sorted(order)
     assert "sweeps/cpu-smoke.yaml" in scripts[order[-1]]
-    upload = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    upload = next(
+        s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")
+    )
     assert upload["if"] == "always()" and upload["with"]["path"].startswith("results")
 
 
@@ -126,11 +141,17 @@ def test_gpu_workflow_shards_merges_reports_and_keeps_one_comment():
     assert report["permissions"]["pull-requests"] == "write"
     scripts = "\n".join(s.get("run", "") for s in report["steps"])
     assert "pdcheck merge" in scripts and "GITHUB_STEP_SUMMARY" in scripts
-    comment = next(s for s in report["steps"] if str(s.get("uses", "")).startswith("actions/github-script"))
+    comment = next(
+        s for s in report["steps"] if str(s.get("uses", "")).startswith("actions/github-script")
+    )
     script = comment["with"]["script"]
-    assert f"'{REPORT_MARKER}'" in script, "the comment is found by the marker the report starts with"
+    assert f"'{REPORT_MARKER}'" in script, (
+        "the comment is found by the marker the report starts with"
+    )
     assert "updateComment" in script and "createComment" in script
-    assert any(str(s.get("uses", "")).startswith("actions/upload-artifact") for s in report["steps"])
+    assert any(
+        str(s.get("uses", "")).startswith("actions/upload-artifact") for s in report["steps"]
+    )
     assert report["steps"][-1]["run"].startswith("exit ${{ steps.report.outputs.exit_code }}")
 
 
@@ -143,13 +164,19 @@ def _module_invocations(scripts: list[str]) -> list[list[str]]:
     """`pdcheck` argv lists run as `"$PYTHON" -m pdcheck ...` (how action.yml calls the installed package)."""
     found = []
     for script in scripts:
-        script = re.sub(r"\$\{[A-Z_]+:\+[^}]*\}", "", script)  # ${SHARD:+--shard "$SHARD"}: optional words
+        script = re.sub(
+            r"\$\{[A-Z_]+:\+[^}]*\}", "", script
+        )  # ${SHARD:+--shard "$SHARD"}: optional words
         for line in script.splitlines():
             for part in re.split(r"&&|\|\||;|\|", line):
                 if "-m pdcheck" not in part:
                     continue
                 words = shlex.split(part, comments=True)
-                if words[1:3] == ["-m", "pdcheck"] and len(words) > 3 and not words[3].startswith("-"):
+                if (
+                    words[1:3] == ["-m", "pdcheck"]
+                    and len(words) > 3
+                    and not words[3].startswith("-")
+                ):
                     found.append(words[3:])
     return found
 
@@ -162,7 +189,9 @@ def test_action_has_its_inputs_outputs_and_calls_real_commands():
     assert set(action["outputs"]) == {"exit-code", "report"}
     scripts = [step["run"] for step in action["runs"]["steps"] if "run" in step]
     assert any("GITHUB_STEP_SUMMARY" in script for script in scripts)
-    assert all("${{" not in script for script in scripts), "inputs reach scripts through env, never spliced into code"
+    assert all("${{" not in script for script in scripts), (
+        "inputs reach scripts through env, never spliced into code"
+    )
     invocations = _module_invocations(scripts)
     assert {argv[0] for argv in invocations} >= {"sweep", "report"}
     for argv in invocations:
@@ -180,7 +209,9 @@ def test_release_builds_tests_and_publishes_on_tags_and_never_on_forks():
         job = jobs[name]
         needs = job.get("needs", [])
         needs = [needs] if isinstance(needs, str) else needs
-        return "!github.event.repository.fork" in str(job.get("if", "")) or any(guarded(n) for n in needs)
+        return "!github.event.repository.fork" in str(job.get("if", "")) or any(
+            guarded(n) for n in needs
+        )
 
     assert all(guarded(name) for name in jobs)
     test = jobs["install-test"]
@@ -188,15 +219,25 @@ def test_release_builds_tests_and_publishes_on_tags_and_never_on_forks():
     assert "PDCHECK_DIST_DIR" in step["env"]
     publish = jobs["publish"]
     assert "install-test" in publish["needs"] and publish["permissions"] == {"id-token": "write"}
-    assert any(str(s.get("uses", "")).startswith("pypa/gh-action-pypi-publish") for s in publish["steps"])
-    assert not any("password" in str(s.get("with", {})) for s in publish["steps"]), "trusted publishing: no token"
+    assert any(
+        str(s.get("uses", "")).startswith("pypa/gh-action-pypi-publish") for s in publish["steps"]
+    )
+    assert not any("password" in str(s.get("with", {})) for s in publish["steps"]), (
+        "trusted publishing: no token"
+    )
 
 
 @pytest.mark.slow
 def test_workflows_and_action_match_the_github_schemas():
     """Every workflow and action.yml validate against GitHub's published schemas (vendored by check-jsonschema)."""
     workflows = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
-    for schema, files in (("vendor.github-workflows", workflows), ("vendor.github-actions", [str(ROOT / "action.yml")])):
-        proc = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, *files],
-                              capture_output=True, text=True)
+    for schema, files in (
+        ("vendor.github-workflows", workflows),
+        ("vendor.github-actions", [str(ROOT / "action.yml")]),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, *files],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from pdcheck_contract_platform import GPU_CAPABILITY, GPU_COUNT, GPU_MEMORY_BYTES, GPU_NAME
 from vllm.platforms.cuda import NonNvmlCudaPlatform
 from vllm.platforms.interface import DeviceCapability
-
-from pdcheck_contract_platform import GPU_CAPABILITY, GPU_COUNT, GPU_MEMORY_BYTES, GPU_NAME
 
 
 class ContractCudaPlatform(NonNvmlCudaPlatform):

@@ -21,7 +21,10 @@ def record(
     """One record; `margins` gives the top-2 logprob margin (nats) at each generated position."""
     logprobs = None
     if margins is not None:
-        logprobs = tuple(TokenLogprobs(f"t{i}", -0.01, (("a", -0.01), ("b", -0.01 - m))) for i, m in enumerate(margins))
+        logprobs = tuple(
+            TokenLogprobs(f"t{i}", -0.01, (("a", -0.01), ("b", -0.01 - m)))
+            for i, m in enumerate(margins)
+        )
     return QuestionRecord(
         index=index,
         prompt_sha256=f"sha{index}",
@@ -41,7 +44,9 @@ def side(outcomes: Sequence[bool], *, start: int = 0) -> list[QuestionRecord]:
     return [record(start + i, correct=bool(c)) for i, c in enumerate(outcomes)]
 
 
-def paired_sides(*, both: int, worse: int, better: int, neither: int) -> tuple[list[QuestionRecord], list[QuestionRecord]]:
+def paired_sides(
+    *, both: int, worse: int, better: int, neither: int
+) -> tuple[list[QuestionRecord], list[QuestionRecord]]:
     """Baseline and PD sides with exactly these counts of (both right, PD-worse, PD-better, both wrong)."""
     base = [True] * both + [True] * worse + [False] * better + [False] * neither
     pd = [True] * both + [False] * worse + [True] * better + [False] * neither

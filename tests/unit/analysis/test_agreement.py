@@ -71,15 +71,27 @@ def test_measure_agreement_counts_and_histogram():
     assert a.exact_match_fraction == 0.7
     assert (a.n_tie, a.n_corruption, a.n_unclassified) == (1, 2, 0)
     assert sum(a.position_histogram.values()) == 3
-    assert a.position_histogram["0-0"] == 1 and a.position_histogram["1-3"] == 1 and a.position_histogram["4-15"] == 1
+    assert (
+        a.position_histogram["0-0"] == 1
+        and a.position_histogram["1-3"] == 1
+        and a.position_histogram["4-15"] == 1
+    )
 
 
 def test_control_test_flags_excess_corruption_only():
     """PD with many corruption-grade flips against a clean baseline repeat gives a small Fisher p;
     tie flips alone do not."""
-    base = [record(i, correct=True, token_ids=(1, 2, 3), margins=[2.0, 0.01, 2.0]) for i in range(200)]
-    corrupt = [record(i, correct=True, token_ids=(9, 2, 3) if i % 10 == 0 else (1, 2, 3)) for i in range(200)]
-    ties = [record(i, correct=True, token_ids=(1, 9, 3) if i % 10 == 0 else (1, 2, 3)) for i in range(200)]
+    base = [
+        record(i, correct=True, token_ids=(1, 2, 3), margins=[2.0, 0.01, 2.0]) for i in range(200)
+    ]
+    corrupt = [
+        record(i, correct=True, token_ids=(9, 2, 3) if i % 10 == 0 else (1, 2, 3))
+        for i in range(200)
+    ]
+    ties = [
+        record(i, correct=True, token_ids=(1, 9, 3) if i % 10 == 0 else (1, 2, 3))
+        for i in range(200)
+    ]
     c = compare_paired(base, corrupt, baseline_repeats=[base])
     assert c.control.basis == "corruption-grade"
     assert c.control.pd_count == 20 and c.control.control_count == 0

@@ -13,11 +13,29 @@ from pdcheck.config import expand_cells, load_sweep
 P, R, S = Verdict.PASS, Verdict.REGRESSION, Verdict.SUSPECT
 
 
-def arm(cell, *, kind="hybrid", async_=True, fixes=(), inject=None, verdicts=None, deltas=None, model="m"):
+def arm(
+    cell,
+    *,
+    kind="hybrid",
+    async_=True,
+    fixes=(),
+    inject=None,
+    verdicts=None,
+    deltas=None,
+    model="m",
+):
     verdicts = verdicts or {1: P}
     deltas = deltas or {c: 0.0 for c in verdicts}
-    return ArmObservation(cell=cell, model=model, kind=kind, async_scheduling=async_, disabled_fixes=tuple(fixes),
-                          inject=inject, verdicts=verdicts, delta_pts=deltas)
+    return ArmObservation(
+        cell=cell,
+        model=model,
+        kind=kind,
+        async_scheduling=async_,
+        disabled_fixes=tuple(fixes),
+        inject=inject,
+        verdicts=verdicts,
+        delta_pts=deltas,
+    )
 
 
 def races(attrs: list[Attribution]) -> set[tuple[str, str]]:
@@ -61,17 +79,24 @@ def test_zeroing_needs_a_hybrid_model():
     out = attribute(hybrid)
     assert races(out) == {("z-off", "zeroing")}
     assert any("attention layers only" in e for e in out[0].evidence)
-    full = [arm("z-off", kind="full-attention", fixes=("zeroing",), verdicts={8: R}),
-            arm("fixes-on", kind="full-attention", verdicts={8: P})]
+    full = [
+        arm("z-off", kind="full-attention", fixes=("zeroing",), verdicts={8: R}),
+        arm("fixes-on", kind="full-attention", verdicts={8: P}),
+    ]
     assert attribute(full) == []
 
 
 def test_both_fixes_off_without_single_fix_arms_names_both():
     """Only fixes-off vs fixes-on: the two races cannot be told apart, and the evidence says so."""
-    out = attribute([arm("fixes-off", fixes=("block-reuse", "zeroing"), verdicts={8: R}), arm("fixes-on")])
+    out = attribute(
+        [arm("fixes-off", fixes=("block-reuse", "zeroing"), verdicts={8: R}), arm("fixes-on")]
+    )
     assert races(out) == {("fixes-off", "block-reuse or zeroing")}
-    with_single = [arm("fixes-off", fixes=("block-reuse", "zeroing"), verdicts={8: R}), arm("fixes-on"),
-                   arm("z-off", fixes=("zeroing",), verdicts={8: R})]
+    with_single = [
+        arm("fixes-off", fixes=("block-reuse", "zeroing"), verdicts={8: R}),
+        arm("fixes-on"),
+        arm("z-off", fixes=("zeroing",), verdicts={8: R}),
+    ]
     assert ("fixes-off", "block-reuse or zeroing") not in races(attribute(with_single))
 
 
@@ -83,19 +108,26 @@ def test_injected_arms_name_the_injected_effect():
 
 def test_failure_with_async_off_points_at_the_transfer():
     """Flagged with one batch in flight: neither race can happen, so suspect the KV transfer."""
-    assert races(attribute([arm("sync", async_=False, verdicts={1: R})])) == {("sync", "pd-transfer")}
+    assert races(attribute([arm("sync", async_=False, verdicts={1: R})])) == {
+        ("sync", "pd-transfer")
+    }
 
 
 def test_arms_of_other_models_are_not_counterparts():
     """A passing arm of another model does not make this model's failure 'recover'."""
-    out = attribute([arm("br-off", fixes=("block-reuse",), verdicts={8: R}), arm("other", model="x")])
+    out = attribute(
+        [arm("br-off", fixes=("block-reuse",), verdicts={8: R}), arm("other", model="x")]
+    )
     assert out == []
 
 
 def test_harness_findings_by_family():
     """Race-harness findings name the race of their family; an unknown family is an error listing the known ones."""
     out = attribute([], race_findings_by_family={"BLOCK_REUSE": 3, "ZEROING": 2, "OTHER": 0})
-    assert {(a.race, a.cell) for a in out} == {("block-reuse", "race-harness"), ("zeroing", "race-harness")}
+    assert {(a.race, a.cell) for a in out} == {
+        ("block-reuse", "race-harness"),
+        ("zeroing", "race-harness"),
+    }
     with pytest.raises(ValueError, match="known: BLOCK_REUSE"):
         attribute([], race_findings_by_family={"STALE": 1})
 

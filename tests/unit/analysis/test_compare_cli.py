@@ -26,7 +26,11 @@ def test_regression_exits_1_and_prints_tables(tmp_path):
     b, p = _files(tmp_path, both=700, worse=80, better=20, neither=200)
     result = CliRunner().invoke(cli, ["compare", b, p, "--early-stop"])
     assert result.exit_code == 1, result.output
-    assert "REGRESSION" in result.output and "Paired" in result.output and "Greedy agreement" in result.output
+    assert (
+        "REGRESSION" in result.output
+        and "Paired" in result.output
+        and "Greedy agreement" in result.output
+    )
     assert "early stop:" in result.output
 
 
@@ -57,7 +61,9 @@ def test_infra_error_exits_2(tmp_path):
 def test_json_output_round_trips(tmp_path):
     """--json prints one JSON document with the comparison and the verdict (options applied)."""
     b, p = _files(tmp_path, both=700, worse=30, better=20, neither=250)
-    result = CliRunner().invoke(cli, ["compare", b, p, "--json", "--margin-pts", "0.5", "--alpha", "0.1"])
+    result = CliRunner().invoke(
+        cli, ["compare", b, p, "--json", "--margin-pts", "0.5", "--alpha", "0.1"]
+    )
     data = json.loads(result.stdout)
     assert data["verdict"]["margin_pts"] == 0.5 and data["verdict"]["alpha"] == 0.1
     assert data["comparison"]["worse"] == 30
@@ -67,9 +73,14 @@ def test_json_output_round_trips(tmp_path):
 def test_injection_precision_from_the_plugin_log(tmp_path):
     """--injections reads the plugin's injections.jsonl and scores divergent questions against it."""
     b = _write(tmp_path / "b.jsonl", [record(i, correct=True) for i in range(50)])
-    p = _write(tmp_path / "p.jsonl", [record(i, correct=True, token_ids=(9, 9) if i < 5 else (1, 2, 3)) for i in range(50)])
+    p = _write(
+        tmp_path / "p.jsonl",
+        [record(i, correct=True, token_ids=(9, 9) if i < 5 else (1, 2, 3)) for i in range(50)],
+    )
     log = tmp_path / "injections.jsonl"
-    log.write_text("".join(json.dumps({"x_request_id": f"pd-c1-r0-q{i:05d}"}) + "\n" for i in range(4)))
+    log.write_text(
+        "".join(json.dumps({"x_request_id": f"pd-c1-r0-q{i:05d}"}) + "\n" for i in range(4))
+    )
     result = CliRunner().invoke(cli, ["compare", b, p, "--injections", str(log), "--json"])
     got = json.loads(result.stdout)["injection_precision"]
     assert got["n_true_positive"] == 4 and got["n_flagged"] == 5 and got["recall"] == 1.0

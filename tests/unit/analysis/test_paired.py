@@ -26,7 +26,7 @@ def test_different_index_sets_raise_a_value_error_naming_them():
     """Sides over different questions are bad input (ConfigError, a ValueError), never silently zipped."""
     base = side([True, False, True])
     pd = side([True, False, True], start=1)
-    with pytest.raises(ValueError, match="different questions.*only in baseline"):
+    with pytest.raises(ValueError, match=r"different questions.*only in baseline"):
         compare_paired(base, pd)
     with pytest.raises(ConfigError):
         compare_paired(base, pd)
@@ -36,7 +36,7 @@ def test_duplicate_index_is_rejected():
     """A file holding one question twice cannot be paired and says which index."""
     base = side([True, True])
     with pytest.raises(ConfigError, match="index 1 twice"):
-        compare_paired(base + [record(1, correct=False)], base + [record(2, correct=True)])
+        compare_paired([*base, record(1, correct=False)], [*base, record(2, correct=True)])
 
 
 def test_errors_are_counted_apart_and_leave_the_pairs():
@@ -128,15 +128,21 @@ def test_fisher_one_sided():
 def test_comparison_round_trips_through_json():
     """The sweep stores comparisons as JSON and the report reads them back unchanged."""
     base = [record(i, correct=i % 3 > 0, margins=[1.0, 0.01, 1.0]) for i in range(30)]
-    pd = [record(i, correct=i % 4 > 0, token_ids=(1, 2, 9) if i % 5 == 0 else (1, 2, 3)) for i in range(30)]
+    pd = [
+        record(i, correct=i % 4 > 0, token_ids=(1, 2, 9) if i % 5 == 0 else (1, 2, 3))
+        for i in range(30)
+    ]
     c = compare_paired(base, pd, baseline_repeats=[base], expected_accuracy=0.7)
     again = PairedComparison.from_dict(json.loads(json.dumps(c.to_dict())))
     assert again == c
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 2000).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n))).flatmap(
-    lambda t: st.tuples(st.just(t[0]), st.just(t[1]), st.integers(0, t[0] - t[1]))))
+@given(
+    st.integers(1, 2000)
+    .flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n)))
+    .flatmap(lambda t: st.tuples(st.just(t[0]), st.just(t[1]), st.integers(0, t[0] - t[1])))
+)
 def test_tango_interval_is_ordered_bounded_and_contains_the_estimate(case):
     """For any counts the interval lies in [-1, 1], is ordered, and contains (better - worse)/n."""
     n, worse, better = case

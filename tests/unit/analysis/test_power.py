@@ -27,7 +27,9 @@ def test_power_at_the_mde_is_the_target():
 def test_n_needed_inverts_the_mde():
     """The n needed for a drop has an MDE at (about) that drop."""
     n = n_needed(0.02, discordance=0.03, alpha=0.05)
-    assert minimum_detectable_effect(n=n, discordance=0.03, alpha=0.05) == pytest.approx(0.02, rel=0.02)
+    assert minimum_detectable_effect(n=n, discordance=0.03, alpha=0.05) == pytest.approx(
+        0.02, rel=0.02
+    )
 
 
 def test_perfect_agreement_still_has_a_finite_mde():

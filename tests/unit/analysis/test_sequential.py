@@ -19,7 +19,7 @@ def test_collapse_stops_well_under_100_questions():
     for seed in range(20):
         rng = np.random.default_rng(seed)
         t = SequentialTest(alpha=0.05, margin_pts=2.0)
-        for i in range(100):
+        for _i in range(100):
             t.add(baseline_correct=bool(rng.random() < 0.86), pd_correct=bool(rng.random() < 0.11))
             if t.should_stop():
                 break
@@ -57,4 +57,3 @@ def test_replay_follows_file_order_and_skips_errors():
     stop = replay(base, list(reversed(pd)), alpha=0.05, margin_pts=2.0)
     assert stop is not None and stop.n_pairs < 15
     assert replay(base, base, alpha=0.05, margin_pts=2.0) is None
-

@@ -43,7 +43,11 @@ def test_regression_rate_under_the_null_is_at_most_alpha_plus_one_point():
     _, _, n, worse, better = _null_cells(rng, 2000)
     with_margin = regression_mask(worse, better, n, alpha=ALPHA, margin_pts=MARGIN_PTS).mean()
     no_margin = regression_mask(worse, better, n, alpha=ALPHA, margin_pts=0.0).mean()
-    print(json.dumps({"null_regression_rate": float(with_margin), "null_rate_margin_0": float(no_margin)}))
+    print(
+        json.dumps(
+            {"null_regression_rate": float(with_margin), "null_rate_margin_0": float(no_margin)}
+        )
+    )
     assert no_margin <= ALPHA + 0.01
     assert with_margin <= ALPHA + 0.01
 
@@ -55,7 +59,9 @@ def test_simulated_cells_agree_with_decide_on_records():
         n = int(rng.integers(50, 400))
         worse, better = (int(x) for x in rng.multinomial(n, [0.07, 0.03, 0.9])[:2])
         base, pd = paired_sides(both=n - worse - better, worse=worse, better=better, neither=0)
-        v = decide(compare_paired(base, pd), policy=AnalysisPolicy(margin_pts=MARGIN_PTS, alpha=ALPHA))
+        v = decide(
+            compare_paired(base, pd), policy=AnalysisPolicy(margin_pts=MARGIN_PTS, alpha=ALPHA)
+        )
         expected = bool(regression_mask(worse, better, n, alpha=ALPHA, margin_pts=MARGIN_PTS))
         assert (v.verdict is Verdict.REGRESSION) == expected, (n, worse, better, v)
 
@@ -84,15 +90,21 @@ def test_five_point_drop_is_caught_at_vllm_discordance_and_vllm_gates_compared()
     caught_at_15 = regression_mask(w15, b15, N_GSM8K, alpha=ALPHA, margin_pts=MARGIN_PTS).mean()
     w0, b0, base0, pd0 = _drop_cells(rng, cells, 0.0, VLLM_DISCORDANCE)
     stored0 = base0 + rng.normal(0, VLLM_RUN_STD, cells)
-    print(json.dumps({
-        "discordance": round(VLLM_DISCORDANCE, 4),
-        "pdcheck_catch_5pt": float(caught),
-        "pdcheck_catch_5pt_at_discordance_0.15": float(caught_at_15),
-        "vllm_abs_0.05_catch_5pt": float(vllm_two_sided),
-        "vllm_one_sided_0.08_catch_5pt": float(vllm_one_sided_008),
-        "pdcheck_false_alarm": float(regression_mask(w0, b0, N_GSM8K, alpha=ALPHA, margin_pts=MARGIN_PTS).mean()),
-        "vllm_abs_0.05_false_alarm": float((np.abs(pd0 - stored0) >= 0.05).mean()),
-    }))
+    print(
+        json.dumps(
+            {
+                "discordance": round(VLLM_DISCORDANCE, 4),
+                "pdcheck_catch_5pt": float(caught),
+                "pdcheck_catch_5pt_at_discordance_0.15": float(caught_at_15),
+                "vllm_abs_0.05_catch_5pt": float(vllm_two_sided),
+                "vllm_one_sided_0.08_catch_5pt": float(vllm_one_sided_008),
+                "pdcheck_false_alarm": float(
+                    regression_mask(w0, b0, N_GSM8K, alpha=ALPHA, margin_pts=MARGIN_PTS).mean()
+                ),
+                "vllm_abs_0.05_false_alarm": float((np.abs(pd0 - stored0) >= 0.05).mean()),
+            }
+        )
+    )
     assert caught >= 0.90
     assert caught_at_15 >= 0.90
     assert caught > vllm_two_sided
@@ -110,11 +122,20 @@ def test_early_stop_keeps_type_one_error_under_the_null():
     # The ratio depends only on (worse, discordant): look it up instead of evaluating 2.6M times.
     m_max = int((worse + better).max())
     k_grid, m_grid = np.meshgrid(np.arange(m_max + 1), np.arange(m_max + 1))
-    table = np.where(k_grid <= m_grid, log_mixture_ratio(np.minimum(k_grid, m_grid), m_grid), -np.inf)
+    table = np.where(
+        k_grid <= m_grid, log_mixture_ratio(np.minimum(k_grid, m_grid), m_grid), -np.inf
+    )
     crossed = table[worse + better, worse] >= np.log(1 / ALPHA)
     stops = (crossed & (100.0 * (worse - better) / n > MARGIN_PTS)).any(axis=1).mean()
     stops_no_margin = crossed.any(axis=1).mean()
-    print(json.dumps({"early_stop_null_rate": float(stops), "early_stop_null_rate_margin_0": float(stops_no_margin)}))
+    print(
+        json.dumps(
+            {
+                "early_stop_null_rate": float(stops),
+                "early_stop_null_rate_margin_0": float(stops_no_margin),
+            }
+        )
+    )
     assert stops_no_margin <= ALPHA + 0.01
     assert stops <= ALPHA + 0.01
 
@@ -128,8 +149,17 @@ def test_collapse_stops_early():
     worse = np.cumsum(base & ~pd, axis=1)
     better = np.cumsum(pd & ~base, axis=1)
     n = np.arange(1, horizon + 1)
-    stop = (log_mixture_ratio(worse, worse + better) >= np.log(1 / ALPHA)) & (100.0 * (worse - better) / n > MARGIN_PTS)
+    stop = (log_mixture_ratio(worse, worse + better) >= np.log(1 / ALPHA)) & (
+        100.0 * (worse - better) / n > MARGIN_PTS
+    )
     assert stop.any(axis=1).all()
     first = stop.argmax(axis=1) + 1
-    print(json.dumps({"collapse_stop_median_n": float(np.median(first)), "collapse_stop_max_n": int(first.max())}))
+    print(
+        json.dumps(
+            {
+                "collapse_stop_median_n": float(np.median(first)),
+                "collapse_stop_max_n": int(first.max()),
+            }
+        )
+    )
     assert first.max() < 40

@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from pdcheck.analysis import CanaryStatus, CellVerdict, Verdict, canary_status, compare_paired, decide
+from pdcheck.analysis import (
+    CanaryStatus,
+    CellVerdict,
+    Verdict,
+    canary_status,
+    compare_paired,
+    decide,
+)
 from pdcheck.config import AnalysisPolicy
 from pdcheck.errors import ExitCode
 from tests.unit.analysis.builders import paired_sides, record, side
@@ -16,7 +23,13 @@ POLICY = AnalysisPolicy()
 
 def test_verdict_values_are_exactly_the_contract():
     """The store and the report spell verdicts exactly so; INFRA_ERROR's value has a hyphen."""
-    assert [v.value for v in Verdict] == ["PASS", "REGRESSION", "SUSPECT", "INCONCLUSIVE", "INFRA-ERROR"]
+    assert [v.value for v in Verdict] == [
+        "PASS",
+        "REGRESSION",
+        "SUSPECT",
+        "INCONCLUSIVE",
+        "INFRA-ERROR",
+    ]
 
 
 def test_large_significant_drop_is_a_regression():
@@ -69,8 +82,14 @@ def test_infra_error_cases():
 
 def test_corruption_beyond_the_control_is_suspect_without_accuracy_drop():
     """The full-attention block-reuse shape: accuracy unchanged, corruption-grade flips beyond the control."""
-    base = [record(i, correct=i % 5 > 0, token_ids=(1, 2, 3), margins=[2.0, 2.0, 2.0]) for i in range(1319)]
-    pd = [record(i, correct=i % 5 > 0, token_ids=(1, 9, 3) if i % 20 == 0 else (1, 2, 3)) for i in range(1319)]
+    base = [
+        record(i, correct=i % 5 > 0, token_ids=(1, 2, 3), margins=[2.0, 2.0, 2.0])
+        for i in range(1319)
+    ]
+    pd = [
+        record(i, correct=i % 5 > 0, token_ids=(1, 9, 3) if i % 20 == 0 else (1, 2, 3))
+        for i in range(1319)
+    ]
     v = decide(compare_paired(base, pd, baseline_repeats=[base]), policy=POLICY)
     assert v.verdict is Verdict.SUSPECT
     assert v.delta_pts == 0.0 and v.suspect_p_value < 0.05
@@ -78,8 +97,14 @@ def test_corruption_beyond_the_control_is_suspect_without_accuracy_drop():
 
 def test_no_control_means_no_suspect():
     """Without a control there is nothing to compare divergences with, so agreement alone cannot flag."""
-    base = [record(i, correct=i % 5 > 0, token_ids=(1, 2, 3), margins=[2.0, 2.0, 2.0]) for i in range(1319)]
-    pd = [record(i, correct=i % 5 > 0, token_ids=(1, 9, 3) if i % 20 == 0 else (1, 2, 3)) for i in range(1319)]
+    base = [
+        record(i, correct=i % 5 > 0, token_ids=(1, 2, 3), margins=[2.0, 2.0, 2.0])
+        for i in range(1319)
+    ]
+    pd = [
+        record(i, correct=i % 5 > 0, token_ids=(1, 9, 3) if i % 20 == 0 else (1, 2, 3))
+        for i in range(1319)
+    ]
     assert decide(compare_paired(base, pd), policy=POLICY).verdict is Verdict.PASS
 
 
@@ -88,7 +113,9 @@ def test_run_to_run_jitter_raises_the_margin():
     base, pd = paired_sides(both=700, worse=50, better=10, neither=240)
     c = compare_paired(base, pd)
     assert decide(c, policy=POLICY).verdict is Verdict.REGRESSION
-    noisy = side([True] * 780 + [False] * 220)  # 78% against the baseline's 75%: std about 2.1 points
+    noisy = side(
+        [True] * 780 + [False] * 220
+    )  # 78% against the baseline's 75%: std about 2.1 points
     v = decide(compare_paired(base, pd, baseline_repeats=[noisy]), policy=POLICY)
     assert v.effective_margin_pts > 4.0
     assert v.verdict is not Verdict.REGRESSION
@@ -122,7 +149,10 @@ def test_verdict_round_trips_through_json():
 def test_divergences_without_logprobs_are_reported_not_judged():
     """Without margins a near-tie flip looks like corruption, so many divergences alone never make SUSPECT."""
     base = [record(i, correct=i % 5 > 0) for i in range(1319)]
-    pd = [record(i, correct=i % 5 > 0, token_ids=(1, 9, 3) if i % 20 == 0 else (1, 2, 3)) for i in range(1319)]
+    pd = [
+        record(i, correct=i % 5 > 0, token_ids=(1, 9, 3) if i % 20 == 0 else (1, 2, 3))
+        for i in range(1319)
+    ]
     c = compare_paired(base, pd, baseline_repeats=[base])
     assert c.control.basis == "any-divergence" and c.control.p_value < 0.05
     v = decide(c, policy=POLICY)

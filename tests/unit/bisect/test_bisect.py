@@ -23,10 +23,14 @@ PREDICATE = (
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
-def make_history(root: Path, n: int = 20, *, bug_at: int = 13, broken: tuple[int, ...] = ()) -> tuple[Path, list[str]]:
+def make_history(
+    root: Path, n: int = 20, *, bug_at: int = 13, broken: tuple[int, ...] = ()
+) -> tuple[Path, list[str]]:
     repo = root / "vllm-repo"
     (repo / "vllm").mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
@@ -39,15 +43,28 @@ def make_history(root: Path, n: int = 20, *, bug_at: int = 13, broken: tuple[int
             state = "BROKEN"
         (repo / "vllm" / "thing.py").write_text(f"# commit {i}\nSTATE = '{state}'\n")
         _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "-m", f"change {i}" + (" (introduces the bug)" if i == bug_at else ""))
+        _git(
+            repo,
+            "commit",
+            "-q",
+            "-m",
+            f"change {i}" + (" (introduces the bug)" if i == bug_at else ""),
+        )
         shas.append(_git(repo, "rev-parse", "HEAD"))
     return repo, shas
 
 
 def config(repo: Path, tmp: Path, good: str, bad: str, **kw) -> BisectConfig:
     base = dict(
-        vllm_repo=str(repo), good=good, bad=bad, predicate="cmd", args=(sys.executable, "-c", PREDICATE),
-        install="none", python=sys.executable, out_dir=str(tmp / "out"), cache_dir=str(tmp / "cache"),
+        vllm_repo=str(repo),
+        good=good,
+        bad=bad,
+        predicate="cmd",
+        args=(sys.executable, "-c", PREDICATE),
+        install="none",
+        python=sys.executable,
+        out_dir=str(tmp / "out"),
+        cache_dir=str(tmp / "cache"),
     )
     return BisectConfig(**(base | kw))
 
@@ -127,12 +144,30 @@ def test_bad_inputs_are_refused_and_touch_nothing(tmp_path):
 
     from pdcheck.cli import main
 
-    code = main(["bisect", "--vllm-repo", str(repo), "--good", shas[0], "--bad", shas[-1],
-                 "--cmd", "true", "--install", "none", "--out", str(tmp_path / "o")])
+    code = main(
+        [
+            "bisect",
+            "--vllm-repo",
+            str(repo),
+            "--good",
+            shas[0],
+            "--bad",
+            shas[-1],
+            "--cmd",
+            "true",
+            "--install",
+            "none",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     assert code == 3
 
 
 def test_cli_requires_exactly_one_predicate(tmp_path):
-    res = CliRunner().invoke(cli, ["bisect", "--vllm-repo", str(tmp_path), "--good", "a", "--bad", "b"],
-                             standalone_mode=False)
+    res = CliRunner().invoke(
+        cli,
+        ["bisect", "--vllm-repo", str(tmp_path), "--good", "a", "--bad", "b"],
+        standalone_mode=False,
+    )
     assert "choose exactly one predicate" in str(res.exception)

@@ -8,11 +8,18 @@ from pdcheck.config import SweepSpec, expand_cells, level_expectation
 
 
 def _cell(arm: str, *, async_scheduling: bool = True, platform: str = "gpu"):
-    spec = SweepSpec.model_validate({
-        "name": "t", "models": [{"name": "m", "path": "/m"}],
-        "matrix": {"arms": [arm], "async_scheduling": [async_scheduling], "concurrency": [1, 2, 8]},
-        "serving": {"platform": platform},
-    })
+    spec = SweepSpec.model_validate(
+        {
+            "name": "t",
+            "models": [{"name": "m", "path": "/m"}],
+            "matrix": {
+                "arms": [arm],
+                "async_scheduling": [async_scheduling],
+                "concurrency": [1, 2, 8],
+            },
+            "serving": {"platform": platform},
+        }
+    )
     return expand_cells(spec)[0]
 
 
@@ -45,11 +52,18 @@ def test_clean_arm_is_never_expected_to_flag():
 
 def test_cpu_cells_are_sync_because_vllm_cpu_forces_async_off():
     """A CPU sweep asking for async gets sync cells, named `sync`, and its race canaries are controls."""
-    spec = SweepSpec.model_validate({
-        "name": "t", "models": [{"name": "m", "path": "/m"}],
-        "matrix": {"arms": ["fixes-off"], "async_scheduling": [True, False], "concurrency": [1, 8]},
-        "serving": {"platform": "cpu"},
-    })
+    spec = SweepSpec.model_validate(
+        {
+            "name": "t",
+            "models": [{"name": "m", "path": "/m"}],
+            "matrix": {
+                "arms": ["fixes-off"],
+                "async_scheduling": [True, False],
+                "concurrency": [1, 8],
+            },
+            "serving": {"platform": "cpu"},
+        }
+    )
     (cell,) = expand_cells(spec)
     assert not cell.async_scheduling and "-sync-" in cell.name and "async" not in cell.name
     assert not level_expectation(cell, 8).flag

@@ -62,7 +62,9 @@ def test_id_changes_with_any_resolved_setting(tmp_path):
 
 def test_include_exclude(tmp_path):
     """exclude drops matches; include keeps only matches."""
-    text = BASE + "exclude:\n  - {model: m2, async_scheduling: false}\ninclude:\n  - {decode_tp: 1}\n"
+    text = (
+        BASE + "exclude:\n  - {model: m2, async_scheduling: false}\ninclude:\n  - {decode_tp: 1}\n"
+    )
     cells = expand_cells(load_sweep(write(tmp_path, text)))
     assert all(c.decode_tp == 1 for c in cells)
     assert not any(c.model.name == "m2" and not c.async_scheduling for c in cells)
@@ -106,7 +108,7 @@ def test_bad_values_name_file_line_key_and_what_is_allowed(tmp_path, patch, line
 
 def test_duplicate_model_is_rejected(tmp_path):
     text = "name: t\nmodels:\n  - {name: a, path: x}\n  - {name: a, path: y}\n"
-    with pytest.raises(SweepFileError, match="duplicate model name.*a"):
+    with pytest.raises(SweepFileError, match=r"duplicate model name.*a"):
         load_sweep(write(tmp_path, text))
 
 
@@ -118,7 +120,7 @@ def test_yaml_syntax_error_names_line(tmp_path):
 
 
 def test_unknown_selector_key(tmp_path):
-    with pytest.raises(ConfigError, match="unknown key.*modle.*allowed: model"):
+    with pytest.raises(ConfigError, match=r"unknown key.*modle.*allowed: model"):
         expand_cells(load_sweep(write(tmp_path, BASE + "exclude:\n  - {modle: m1}\n")))
 
 
@@ -132,28 +134,41 @@ def test_bad_injection_and_environment_reference(tmp_path):
 
 
 def test_missing_file_lists_shipped_sweeps():
-    with pytest.raises(SweepFileError, match="shipped sweeps: .*cpu-smoke"):
+    with pytest.raises(SweepFileError, match=r"shipped sweeps: .*cpu-smoke"):
         load_sweep("no-such-sweep")
 
 
 def test_every_problem_is_named_with_its_line_key_and_a_did_you_mean(tmp_path):
     """A missing `name` does not hide the misspelt keys below it: each problem has its own line and key path."""
-    text = BASE.replace("name: t\n", "").replace("    kind: hybrid", "    kind: hybird\n    serve_arg: [--x]")
+    text = BASE.replace("name: t\n", "").replace(
+        "    kind: hybrid", "    kind: hybird\n    serve_arg: [--x]"
+    )
     text = text.replace("  concurrency: [8, 1]", "  concurency: [8, 1]")
     with pytest.raises(SweepFileErrors) as caught:
         load_sweep(write(tmp_path, text))
     found = {(p.line, p.key): str(p) for p in caught.value.problems}
-    assert set(found) == {(1, "name"), (6, "models.1.kind"), (7, "models.1.serve_arg"), (12, "matrix.concurency")}
+    assert set(found) == {
+        (1, "name"),
+        (6, "models.1.kind"),
+        (7, "models.1.serve_arg"),
+        (12, "matrix.concurency"),
+    }
     assert "did you mean 'serve_args'?" in found[(7, "models.1.serve_arg")]
     assert "did you mean 'concurrency'?" in found[(12, "matrix.concurency")]
     assert "did you mean 'hybrid'?" in found[(6, "models.1.kind")]
-    assert "4 problems" in str(caught.value) and all(message in str(caught.value) for message in found.values())
+    assert "4 problems" in str(caught.value) and all(
+        message in str(caught.value) for message in found.values()
+    )
 
 
 def test_unknown_key_inside_a_list_of_unions_gets_a_suggestion(tmp_path):
     """An arm definition's misspelt key is found through the built-in-name-or-mapping union."""
-    text = BASE.replace("arms: [fixes-on, fixes-off]", "arms: [fixes-on, {name: x, injekt: 'zero-loaded-kv:0.5'}]")
-    with pytest.raises(SweepFileError, match=r"matrix\.arms\.1\.injekt: unknown key; did you mean 'inject'\?"):
+    text = BASE.replace(
+        "arms: [fixes-on, fixes-off]", "arms: [fixes-on, {name: x, injekt: 'zero-loaded-kv:0.5'}]"
+    )
+    with pytest.raises(
+        SweepFileError, match=r"matrix\.arms\.1\.injekt: unknown key; did you mean 'inject'\?"
+    ):
         load_sweep(write(tmp_path, text))
 
 
@@ -161,7 +176,7 @@ def test_bare_names_find_shipped_sweeps_and_paths_find_files(tmp_path, monkeypat
     """`pr` and `pr.yaml` name the shipped sweep from any folder; a path that does not exist is an error."""
     monkeypatch.chdir(tmp_path)
     assert resolve_sweep_path("pr") == SWEEPS_DIR / "pr.yaml" == resolve_sweep_path("pr.yaml")
-    with pytest.raises(SweepFileError, match="shipped sweeps: .*pr"):
+    with pytest.raises(SweepFileError, match=r"shipped sweeps: .*pr"):
         resolve_sweep_path("sweeps/pr.yaml")
     mine = write(tmp_path, BASE)
     assert resolve_sweep_path(str(mine)) == mine

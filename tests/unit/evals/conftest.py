@@ -11,7 +11,9 @@ from pdcheck.evals.dataset import Example, TaskData
 
 
 def make_task(n_test: int = 6, n_train: int = 8) -> TaskData:
-    test = tuple(Example(f"What is {i} + {i}?", f"{i} + {i} = {2 * i}\n#### {2 * i}") for i in range(n_test))
+    test = tuple(
+        Example(f"What is {i} + {i}?", f"{i} + {i} = {2 * i}\n#### {2 * i}") for i in range(n_test)
+    )
     train = tuple(Example(f"Train question {i}?", f"It is {i}.\n#### {i}") for i in range(n_train))
     return TaskData(task="gsm8k", test=test, train=train, sha256="0" * 64, source="test")
 

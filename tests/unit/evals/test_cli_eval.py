@@ -17,8 +17,25 @@ def test_eval_writes_records_and_summary(tmp_path, capsys):
     data = write_folder(tmp_path / "data", make_task(n_test=6))
     out, summary = tmp_path / "r.jsonl", tmp_path / "s.json"
     with FakeOpenAIServer() as server:
-        code = main(["eval", "--url", server.url, "--dataset", str(data), "--limit", "4", "--shots", "2",
-                     "--concurrency", "2", "--out", str(out), "--summary-out", str(summary)])
+        code = main(
+            [
+                "eval",
+                "--url",
+                server.url,
+                "--dataset",
+                str(data),
+                "--limit",
+                "4",
+                "--shots",
+                "2",
+                "--concurrency",
+                "2",
+                "--out",
+                str(out),
+                "--summary-out",
+                str(summary),
+            ]
+        )
     assert code == 0
     assert [r.index for r in sorted(read_records(out), key=lambda r: r.index)] == [0, 1, 2, 3]
     saved = json.loads(summary.read_text())
@@ -31,10 +48,26 @@ def test_failed_questions_exit_2(tmp_path, capsys):
     data = write_folder(tmp_path / "data", make_task(n_test=3))
 
     def flaky(body):
-        return echo_completion(body) if body["max_tokens"] == 1 else web.Response(status=503, text="busy")
+        return (
+            echo_completion(body)
+            if body["max_tokens"] == 1
+            else web.Response(status=503, text="busy")
+        )
 
     with FakeOpenAIServer(flaky) as server:
-        code = main(["eval", "--url", server.url, "--dataset", str(data), "--shots", "1", "--out", str(tmp_path / "r")])
+        code = main(
+            [
+                "eval",
+                "--url",
+                server.url,
+                "--dataset",
+                str(data),
+                "--shots",
+                "1",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
     assert code == 2
     assert "3 of 3 questions failed" in capsys.readouterr().err
 
@@ -54,6 +87,16 @@ def test_bad_options_exit_3_and_send_nothing(tmp_path):
 
 def test_missing_dataset_exits_2_with_how_to(tmp_path, capsys):
     """A dataset folder without the files is a DatasetError (exit 2) that says how to provide GSM8K."""
-    code = main(["eval", "--url", "http://127.0.0.1:9", "--dataset", str(tmp_path), "--out", str(tmp_path / "r")])
+    code = main(
+        [
+            "eval",
+            "--url",
+            "http://127.0.0.1:9",
+            "--dataset",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
     assert code == 2
     assert "test.jsonl" in capsys.readouterr().err

@@ -25,14 +25,23 @@ def _run(url: str, body: dict, **kwargs):
     ("responder", "reason", "status"),
     [
         (lambda b: web.Response(status=500, text="engine dead"), "HTTP 500: engine dead", 500),
-        (lambda b: web.Response(status=404, text="model not found"), "HTTP 404: model not found", 404),
+        (
+            lambda b: web.Response(status=404, text="model not found"),
+            "HTTP 404: model not found",
+            404,
+        ),
         (lambda b: web.Response(text="<html>oops</html>"), "response is not JSON", 200),
         (lambda b: {"choices": []}, "response has no choices", 200),
         (lambda b: {"object": "error"}, "response has no choices", 200),
         (lambda b: {"choices": [{"index": 0}]}, "choices[0] has no text", 200),
         (lambda b: [1, 2], "not an object", 200),
-        (lambda b: {"choices": [{"text": "x", "logprobs": {"tokens": ["a"], "token_logprobs": ["bad"]}}]},
-         "logprobs is malformed", 200),
+        (
+            lambda b: {
+                "choices": [{"text": "x", "logprobs": {"tokens": ["a"], "token_logprobs": ["bad"]}}]
+            },
+            "logprobs is malformed",
+            200,
+        ),
     ],
 )
 def test_garbage_answers_are_errors_with_the_reason(responder, reason, status):
@@ -58,7 +67,12 @@ def test_connection_errors_are_retried_and_counted():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed when the block ends: nothing listens there
-    outcome = _run(f"http://127.0.0.1:{port}/v1/completions", {"prompt": "p"}, max_attempts=3, retry_delay_s=0.01)
+    outcome = _run(
+        f"http://127.0.0.1:{port}/v1/completions",
+        {"prompt": "p"},
+        max_attempts=3,
+        retry_delay_s=0.01,
+    )
     assert not outcome.ok and outcome.error.startswith("connection error")
     assert outcome.attempts == 3
 
@@ -91,43 +105,78 @@ def test_good_completion_with_logprobs_and_token_ids():
 def test_chat_answers_parse_message_content_and_logprobs():
     """Chat answers: text from message.content (null content is an empty answer), logprobs from content entries."""
     data = {
-        "choices": [{
-            "message": {"role": "assistant", "content": None, "reasoning_content": "hmm"},
-            "finish_reason": "length",
-            "logprobs": {"content": [{"token": "a", "logprob": -0.2, "top_logprobs": [
-                {"token": "b", "logprob": -1.9}, {"token": "a", "logprob": -0.2}]}]},
-        }],
+        "choices": [
+            {
+                "message": {"role": "assistant", "content": None, "reasoning_content": "hmm"},
+                "finish_reason": "length",
+                "logprobs": {
+                    "content": [
+                        {
+                            "token": "a",
+                            "logprob": -0.2,
+                            "top_logprobs": [
+                                {"token": "b", "logprob": -1.9},
+                                {"token": "a", "logprob": -0.2},
+                            ],
+                        }
+                    ]
+                },
+            }
+        ],
     }
     fields, problem = parse_response(data, chat=True)
     assert problem is None and fields["text"] == "" and fields["finish_reason"] == "length"
     assert fields["logprobs"][0].top == (("a", -0.2), ("b", -1.9))
-    assert parse_response({"choices": [{"message": {}}]}, chat=True)[1] == "choices[0] has no message.content"
+    assert (
+        parse_response({"choices": [{"message": {}}]}, chat=True)[1]
+        == "choices[0] has no message.content"
+    )
 
 
 def test_body_is_sent_as_json_and_nan_literals_in_answers_are_read():
     """The request is JSON with its content type; an answer with a NaN literal (Python servers write them) parses."""
 
     def responder(body):
-        return web.Response(text='{"choices": [{"text": " 7", "logprobs": {"tokens": [" 7"], "token_logprobs": [NaN]}}]}',
-                            content_type="application/json")
+        return web.Response(
+            text='{"choices": [{"text": " 7", "logprobs": {"tokens": [" 7"], "token_logprobs": [NaN]}}]}',
+            content_type="application/json",
+        )
 
-    body = {"model": "m", "prompt": "Question: \u00e9?\nAnswer:", "max_tokens": 5, "temperature": 0.0, "stop": ["Question"]}
+    body = {
+        "model": "m",
+        "prompt": "Question: \u00e9?\nAnswer:",
+        "max_tokens": 5,
+        "temperature": 0.0,
+        "stop": ["Question"],
+    }
     with FakeOpenAIServer(responder) as server:
         outcome = _run(server.url + "/v1/completions", body)
         assert server.requests == [body]
         assert server.headers[0]["Content-Type"] == "application/json"
-    assert outcome.ok and outcome.text == " 7" and outcome.logprobs[0].logprob != outcome.logprobs[0].logprob
+    assert (
+        outcome.ok
+        and outcome.text == " 7"
+        and outcome.logprobs[0].logprob != outcome.logprobs[0].logprob
+    )
 
 
 def test_latency_uses_the_injected_clock():
     """Latency is the injected clock's difference around the request (one tick per read here)."""
     ticks = iter(range(100))
     with FakeOpenAIServer() as server:
-        outcome = _run(server.url + "/v1/completions", {"prompt": "p"}, now=lambda: float(next(ticks)))
+        outcome = _run(
+            server.url + "/v1/completions", {"prompt": "p"}, now=lambda: float(next(ticks))
+        )
     assert outcome.latency_s == 1.0
 
 
 def test_base_url_accepts_the_usual_spellings():
     """Users pass the root, /v1 or the endpoint itself; all mean the same server."""
-    for url in ("http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/", "http://h:1/v1/completions"):
+    for url in (
+        "http://h:1",
+        "http://h:1/",
+        "http://h:1/v1",
+        "http://h:1/v1/",
+        "http://h:1/v1/completions",
+    ):
         assert base_url(url) == "http://h:1"

@@ -38,13 +38,20 @@ def test_sha256_depends_on_content_not_formatting(tmp_path, small_task):
     b.mkdir()
     for name, split in (("test.jsonl", small_task.test), ("train.jsonl", small_task.train)):
         (b / name).write_text(
-            "".join(json.dumps({"answer": e.answer, "question": e.question}, indent=None, separators=(",", ":")) + "\n"
-                    for e in split)
+            "".join(
+                json.dumps(
+                    {"answer": e.answer, "question": e.question}, indent=None, separators=(",", ":")
+                )
+                + "\n"
+                for e in split
+            )
         )
     sha_a = load_task(EvalSettings(dataset=str(a))).sha256
     assert sha_a == load_task(EvalSettings(dataset=str(b))).sha256
-    changed = replace(small_task, test=small_task.test[:-1] + (Example("q", "#### 1"),))
-    assert load_task(EvalSettings(dataset=str(write_folder(tmp_path / "c", changed)))).sha256 != sha_a
+    changed = replace(small_task, test=(*small_task.test[:-1], Example("q", "#### 1")))
+    assert (
+        load_task(EvalSettings(dataset=str(write_folder(tmp_path / "c", changed)))).sha256 != sha_a
+    )
 
 
 def test_real_gsm8k_folder(gsm8k_dir):
@@ -91,10 +98,17 @@ def test_offline_without_cache_fails_fast_with_how_to(tmp_path):
         "except DatasetError as exc:\n"
         "    print('DatasetError:', exc)\n"
     )
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
     start = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert time.monotonic() - start < 60
     assert out.stdout.startswith("DatasetError:"), out.stderr[-2000:]
     assert "PDCHECK_GSM8K_DIR" in out.stdout and "--dataset" in out.stdout

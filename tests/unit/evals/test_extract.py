@@ -75,8 +75,8 @@ def test_lmeval_filters_equal_lm_evals_own_regex_filters(text):
     """strict-match takes the first `#### N` and flexible-extract the last number, as lm-eval's RegexFilter does."""
     strict = RegexFilter(regex_pattern=r"#### (\-?[0-9\.\,]+)", group_select=0)
     flexible = RegexFilter(regex_pattern=r"(-?[$0-9.,]{2,})|(-?[0-9]+)", group_select=-1)
-    assert strict_match(text) == list(strict.apply([[text]], [{}]))[0][0]
-    assert flexible_extract(text) == list(flexible.apply([[text]], [{}]))[0][0]
+    assert strict_match(text) == next(iter(strict.apply([[text]], [{}])))[0]
+    assert flexible_extract(text) == next(iter(flexible.apply([[text]], [{}])))[0]
 
 
 def test_lmeval_filters_on_hand_checked_values():
@@ -105,7 +105,9 @@ def test_lmeval_filters_on_hand_checked_values():
 def test_lmeval_exact_match_equals_lm_evals_metric(prediction, reference):
     """exact_match ignores case, `,`, `$`, everything up to `#### ` and a final `.`, as lm-eval's metric does."""
     ignore = [",", "\\$", "(?s).*#### ", "\\.$"]
-    theirs = exact_match_hf_evaluate([prediction], [reference], regexes_to_ignore=ignore, ignore_case=True)["exact_match"]
+    theirs = exact_match_hf_evaluate(
+        [prediction], [reference], regexes_to_ignore=ignore, ignore_case=True
+    )["exact_match"]
     assert (lmeval_normalize(prediction) == lmeval_normalize(reference)) == bool(theirs)
 
 

@@ -23,7 +23,10 @@ def test_vllm_prompt_is_first_train_items_then_the_question(small_task):
 def test_zero_shots_is_the_bare_question(small_task):
     """With shots=0 the prompt is only the question, in both styles."""
     for style in ("vllm", "lm-eval"):
-        assert PromptBuilder(small_task, PromptOptions(style=style, shots=0)).prompt(1) == "Question: What is 1 + 1?\nAnswer:"
+        assert (
+            PromptBuilder(small_task, PromptOptions(style=style, shots=0)).prompt(1)
+            == "Question: What is 1 + 1?\nAnswer:"
+        )
 
 
 def test_lmeval_shots_follow_lm_evals_seeded_sampler(small_task):
@@ -34,9 +37,13 @@ def test_lmeval_shots_follow_lm_evals_seeded_sampler(small_task):
     builder = PromptBuilder(small_task, PromptOptions(style="lm-eval", shots=3))
     for index in (4, 0, 5):  # any order: the draw depends on the index only
         expected = "".join(
-            f"Question: {small_task.train[j].question}\nAnswer: {small_task.train[j].answer}\n\n" for j in draws[index]
+            f"Question: {small_task.train[j].question}\nAnswer: {small_task.train[j].answer}\n\n"
+            for j in draws[index]
         )
-        assert builder.prompt(index) == expected + f"Question: {small_task.test[index].question}\nAnswer:"
+        assert (
+            builder.prompt(index)
+            == expected + f"Question: {small_task.test[index].question}\nAnswer:"
+        )
 
 
 def test_vllm_body(small_task):
@@ -55,7 +62,9 @@ def test_vllm_body(small_task):
 
 def test_lmeval_body_matches_local_completions_payload(small_task):
     """lm-eval style body: the stop strings and seed lm-eval's local-completions sends."""
-    body = PromptBuilder(small_task, PromptOptions(style="lm-eval")).body("P", model="m", max_tokens=1)
+    body = PromptBuilder(small_task, PromptOptions(style="lm-eval")).body(
+        "P", model="m", max_tokens=1
+    )
     assert body["stop"] == ["Question:", "</s>", "<|im_end|>"]
     assert body["seed"] == 1234
     assert body["max_tokens"] == 1
@@ -65,10 +74,16 @@ def test_logprobs_ask_for_top2(small_task):
     """--logprobs asks for the top-2 per generated token, in each endpoint's own way."""
     completions = PromptBuilder(small_task, PromptOptions(logprobs=True)).body("P", model="m")
     assert completions["logprobs"] == 2
-    assert completions["return_tokens_as_token_ids"] is True, "token-id keys: alternatives cannot collide"
-    plain = PromptBuilder(small_task, PromptOptions(logprobs=True, token_ids=False)).body("P", model="m")
+    assert completions["return_tokens_as_token_ids"] is True, (
+        "token-id keys: alternatives cannot collide"
+    )
+    plain = PromptBuilder(small_task, PromptOptions(logprobs=True, token_ids=False)).body(
+        "P", model="m"
+    )
     assert "return_tokens_as_token_ids" not in plain and "return_token_ids" not in plain
-    chat = PromptBuilder(small_task, PromptOptions(style="chat", logprobs=True)).body("P", model="m")
+    chat = PromptBuilder(small_task, PromptOptions(style="chat", logprobs=True)).body(
+        "P", model="m"
+    )
     assert (chat["logprobs"], chat["top_logprobs"]) == (True, 2)
 
 
@@ -78,7 +93,9 @@ def test_chat_body_sends_one_user_message_with_options(small_task):
     builder = PromptBuilder(small_task, opts)
     body = builder.body(builder.prompt(0), model="m")
     assert opts.path == "/v1/chat/completions"
-    assert body["messages"] == [{"role": "user", "content": PromptBuilder(small_task, PromptOptions()).prompt(0)}]
+    assert body["messages"] == [
+        {"role": "user", "content": PromptBuilder(small_task, PromptOptions()).prompt(0)}
+    ]
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
     assert "stop" not in body and "prompt" not in body
     assert body["model"] == "m"
@@ -90,11 +107,18 @@ def test_more_shots_than_train_items_is_an_error(small_task):
         PromptBuilder(small_task, PromptOptions(shots=9))
 
 
-@pytest.mark.parametrize(("style", "shots"), [("vllm", 5), ("vllm", 0), ("chat", 3), ("lm-eval", 3), ("lm-eval", 0)])
+@pytest.mark.parametrize(
+    ("style", "shots"), [("vllm", 5), ("vllm", 0), ("chat", 3), ("lm-eval", 3), ("lm-eval", 0)]
+)
 def test_prompt_sha256_is_the_hash_of_the_whole_prompt(small_task, style, shots):
     """The builder's digest (shared shots hashed once) is sha256 of the full prompt, for every question."""
     import hashlib
 
-    builder = PromptBuilder(small_task, PromptOptions(style=style, shots=min(shots, len(small_task.train))))
+    builder = PromptBuilder(
+        small_task, PromptOptions(style=style, shots=min(shots, len(small_task.train)))
+    )
     for index in range(len(small_task.test)):
-        assert builder.prompt_sha256(index) == hashlib.sha256(builder.prompt(index).encode()).hexdigest()
+        assert (
+            builder.prompt_sha256(index)
+            == hashlib.sha256(builder.prompt(index).encode()).hexdigest()
+        )

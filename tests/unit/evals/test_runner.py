@@ -28,7 +28,14 @@ def test_exactly_n_requests_in_flight(tmp_path):
     """At concurrency N with more than N questions, the server sees N in flight at once and never more."""
     task = make_task(n_test=40)
     with FakeOpenAIServer(delay_s=0.05) as server:
-        run_eval(server.url, task, settings=EvalSettings(shots=2), concurrency=7, out_path=tmp_path / "r", model="m")
+        run_eval(
+            server.url,
+            task,
+            settings=EvalSettings(shots=2),
+            concurrency=7,
+            out_path=tmp_path / "r",
+            model="m",
+        )
         assert server.max_in_flight == 7
         assert len(server.requests) == 41  # 40 questions + the preflight
 
@@ -38,12 +45,20 @@ def test_requests_carry_ids_model_and_scores(tmp_path):
     task = make_task(n_test=5)
     out = tmp_path / "r.jsonl"
     with FakeOpenAIServer(_answer_right) as server:
-        summary = run_eval(server.url + "/v1", task, settings=EvalSettings(shots=2), concurrency=2, out_path=out,
-                           run_tag="pd-c2-r0")
+        summary = run_eval(
+            server.url + "/v1",
+            task,
+            settings=EvalSettings(shots=2),
+            concurrency=2,
+            out_path=out,
+            run_tag="pd-c2-r0",
+        )
         ids = sorted(h["X-Request-ID"] for h in server.headers)
         models = {r["model"] for r in server.requests}
     assert ids == ["pd-c2-r0-preflight"] + [f"pd-c2-r0-q{i:05d}" for i in range(5)]
-    assert models == {"fake"}, "the model defaults to the server's first /v1/models id and is always sent"
+    assert models == {"fake"}, (
+        "the model defaults to the server's first /v1/models id and is always sent"
+    )
     records = read_records(out)
     assert sorted(r.index for r in records) == list(range(5))
     assert all(r.ok and r.correct and r.gold == str(2 * r.index) for r in records)
@@ -62,12 +77,20 @@ def test_failed_requests_are_errors_not_wrong_answers(tmp_path):
         return _answer_right(body)
 
     with FakeOpenAIServer(flaky) as server:
-        summary = run_eval(server.url, task, settings=EvalSettings(shots=1), concurrency=3, out_path=tmp_path / "r.jsonl",
-                           model="m")
+        summary = run_eval(
+            server.url,
+            task,
+            settings=EvalSettings(shots=1),
+            concurrency=3,
+            out_path=tmp_path / "r.jsonl",
+            model="m",
+        )
     failed = [r for r in read_records(tmp_path / "r.jsonl") if not r.ok]
     assert sorted(r.index for r in failed) == [1, 4]
     assert all(r.error == "HTTP 500: boom" and not r.correct and not r.invalid for r in failed)
-    assert summary.accuracy == 1.0 and summary.error_rate == pytest.approx(2 / 6) and summary.n_ok == 4
+    assert (
+        summary.accuracy == 1.0 and summary.error_rate == pytest.approx(2 / 6) and summary.n_ok == 4
+    )
 
 
 def test_resume_asks_only_missing_and_failed_questions(tmp_path):
@@ -76,21 +99,40 @@ def test_resume_asks_only_missing_and_failed_questions(tmp_path):
     out = tmp_path / "r.jsonl"
     settings = EvalSettings(shots=1)
     with FakeOpenAIServer(_answer_right) as server:
-        run_eval(server.url, task, settings=settings.model_copy(update={"limit": 5}), concurrency=2, out_path=out, model="m")
+        run_eval(
+            server.url,
+            task,
+            settings=settings.model_copy(update={"limit": 5}),
+            concurrency=2,
+            out_path=out,
+            model="m",
+        )
     records = read_records(out)
     # Question 2 failed in the first run, and the run was killed mid-write of another line.
     out.unlink()
     with RecordWriter(out) as writer:
         for record in records:
-            writer.write(record if record.index != 2 else replace(record, ok=False, correct=False, error="timed out"))
+            writer.write(
+                record
+                if record.index != 2
+                else replace(record, ok=False, correct=False, error="timed out")
+            )
     with open(out, "a") as f:
         f.write('{"index": 7, "prompt_sha')
     with FakeOpenAIServer(_answer_right) as server:
-        summary = run_eval(server.url, task, settings=settings, concurrency=2, out_path=out, model="m")
-        asked = sorted(int(h["X-Request-ID"].rsplit("q", 1)[1]) for h in server.headers if "-q" in h["X-Request-ID"])
+        summary = run_eval(
+            server.url, task, settings=settings, concurrency=2, out_path=out, model="m"
+        )
+        asked = sorted(
+            int(h["X-Request-ID"].rsplit("q", 1)[1])
+            for h in server.headers
+            if "-q" in h["X-Request-ID"]
+        )
     assert asked == [2, 5, 6, 7, 8, 9]
     final = read_records(out)
-    assert sorted(r.index for r in final) == list(range(10)), "one record per question, torn line gone"
+    assert sorted(r.index for r in final) == list(range(10)), (
+        "one record per question, torn line gone"
+    )
     assert summary.n == 10 and summary.accuracy == 1.0 and summary.error_rate == 0.0
     assert all(line.endswith("}") for line in out.read_text().splitlines())
 
@@ -100,20 +142,37 @@ def test_resume_refuses_records_asked_with_other_prompts(tmp_path):
     task = make_task(n_test=4)
     out = tmp_path / "r.jsonl"
     with FakeOpenAIServer() as server:
-        run_eval(server.url, task, settings=EvalSettings(shots=2), concurrency=2, out_path=out, model="m")
+        run_eval(
+            server.url, task, settings=EvalSettings(shots=2), concurrency=2, out_path=out, model="m"
+        )
         sent = len(server.requests)
         with pytest.raises(ConfigError, match="different prompt"):
-            run_eval(server.url, task, settings=EvalSettings(shots=2, style="lm-eval"), concurrency=2, out_path=out,
-                     model="m")
+            run_eval(
+                server.url,
+                task,
+                settings=EvalSettings(shots=2, style="lm-eval"),
+                concurrency=2,
+                out_path=out,
+                model="m",
+            )
         assert len(server.requests) == sent
 
 
 def test_preflight_failure_aborts_with_the_servers_error(tmp_path):
     """If the one-request preflight fails, the run stops with the server's message and writes nothing."""
     out = tmp_path / "r.jsonl"
-    with FakeOpenAIServer(lambda b: web.Response(status=404, text="The model `m` does not exist.")) as server:
+    with FakeOpenAIServer(
+        lambda b: web.Response(status=404, text="The model `m` does not exist.")
+    ) as server:
         with pytest.raises(InfraError, match="does not exist"):
-            run_eval(server.url, make_task(), settings=EvalSettings(shots=1), concurrency=2, out_path=out, model="m")
+            run_eval(
+                server.url,
+                make_task(),
+                settings=EvalSettings(shots=1),
+                concurrency=2,
+                out_path=out,
+                model="m",
+            )
         assert len(server.requests) == 1
     assert not out.exists()
 
@@ -123,12 +182,21 @@ def test_servers_refusing_token_ids_are_asked_without_them(tmp_path):
 
     def strict(body):
         if "return_token_ids" in body:
-            return web.Response(status=400, text=json.dumps({"error": "Unrecognized request argument: return_token_ids"}))
+            return web.Response(
+                status=400,
+                text=json.dumps({"error": "Unrecognized request argument: return_token_ids"}),
+            )
         return echo_completion(body)
 
     with FakeOpenAIServer(strict) as server:
-        summary = run_eval(server.url, make_task(n_test=3), settings=EvalSettings(shots=1), concurrency=2,
-                           out_path=tmp_path / "r.jsonl", model="m")
+        summary = run_eval(
+            server.url,
+            make_task(n_test=3),
+            settings=EvalSettings(shots=1),
+            concurrency=2,
+            out_path=tmp_path / "r.jsonl",
+            model="m",
+        )
     assert summary.error_rate == 0.0 and summary.n == 3
 
 
@@ -142,15 +210,28 @@ def test_on_record_sees_every_question_once(tmp_path):
             seen.append(record.index)
 
     with FakeOpenAIServer() as server:
-        run_eval(server.url, make_task(n_test=6), settings=EvalSettings(shots=1, limit=4, offset=1), concurrency=3,
-                 out_path=tmp_path / "r.jsonl", model="m", on_record=on_record)
+        run_eval(
+            server.url,
+            make_task(n_test=6),
+            settings=EvalSettings(shots=1, limit=4, offset=1),
+            concurrency=3,
+            out_path=tmp_path / "r.jsonl",
+            model="m",
+            on_record=on_record,
+        )
     assert sorted(seen) == [1, 2, 3, 4]
 
 
 def test_bad_concurrency_is_a_config_error(tmp_path):
     """Concurrency below 1 is refused before anything is sent."""
     with pytest.raises(ConfigError, match="concurrency"):
-        run_eval("http://127.0.0.1:9", make_task(), settings=EvalSettings(), concurrency=0, out_path=tmp_path / "r")
+        run_eval(
+            "http://127.0.0.1:9",
+            make_task(),
+            settings=EvalSettings(),
+            concurrency=0,
+            out_path=tmp_path / "r",
+        )
 
 
 def test_chat_style_posts_messages_to_chat_completions(tmp_path):
@@ -159,21 +240,41 @@ def test_chat_style_posts_messages_to_chat_completions(tmp_path):
     def chat(body):
         question = body["messages"][0]["content"].rsplit("Question: What is ", 1)[1]
         i = int(question.split(" ", 1)[0])
-        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": f"It is {2 * i}."},
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 9, "completion_tokens": 4}}
+        return {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": f"It is {2 * i}."},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 4},
+        }
 
     with FakeOpenAIServer(chat) as server:
-        summary = run_eval(server.url, make_task(n_test=4), settings=EvalSettings(
-            shots=1, style="chat", chat_template_kwargs={"enable_thinking": False}, no_stop=True),
-            concurrency=2, out_path=tmp_path / "r.jsonl", model="m")
+        summary = run_eval(
+            server.url,
+            make_task(n_test=4),
+            settings=EvalSettings(
+                shots=1, style="chat", chat_template_kwargs={"enable_thinking": False}, no_stop=True
+            ),
+            concurrency=2,
+            out_path=tmp_path / "r.jsonl",
+            model="m",
+        )
         bodies = [b for b in server.requests if b["max_tokens"] != 1]
     assert summary.accuracy == 1.0 and summary.error_rate == 0.0
-    assert all(b["chat_template_kwargs"] == {"enable_thinking": False} and "stop" not in b for b in bodies)
+    assert all(
+        b["chat_template_kwargs"] == {"enable_thinking": False} and "stop" not in b for b in bodies
+    )
 
 
 def _asked_indices(server) -> list[int]:
-    return sorted(int(h["X-Request-ID"].rsplit("q", 1)[1]) for h in server.headers if "-q" in h["X-Request-ID"])
+    return sorted(
+        int(h["X-Request-ID"].rsplit("q", 1)[1])
+        for h in server.headers
+        if "-q" in h["X-Request-ID"]
+    )
 
 
 def test_sigkill_mid_run_then_resume_asks_exactly_the_unwritten_questions(tmp_path):
@@ -204,8 +305,14 @@ def test_sigkill_mid_run_then_resume_asks_exactly_the_unwritten_questions(tmp_pa
     assert len(kept) >= 25, "a record is written before on_record hears of it"
     assert len(kept) < 80 and len(set(kept)) == len(kept)
     with FakeOpenAIServer(_answer_right) as server:
-        summary = run_eval(server.url, make_task(n_test=80), settings=EvalSettings(shots=1), concurrency=8, out_path=out,
-                           model="m")
+        summary = run_eval(
+            server.url,
+            make_task(n_test=80),
+            settings=EvalSettings(shots=1),
+            concurrency=8,
+            out_path=out,
+            model="m",
+        )
         asked = _asked_indices(server)
     assert asked == sorted(set(range(80)) - set(kept))
     assert sorted(r.index for r in read_records(out)) == list(range(80)) and summary.n == 80
@@ -220,12 +327,30 @@ def test_an_error_in_the_record_path_stops_the_run_and_keeps_finished_records(tm
 
     with FakeOpenAIServer(_answer_right, delay_s=0.005) as server:
         with pytest.raises(RuntimeError, match="progress display broke"):
-            run_eval(server.url, make_task(n_test=40), settings=EvalSettings(shots=1), concurrency=4, out_path=out,
-                     model="m", on_record=on_record)
+            run_eval(
+                server.url,
+                make_task(n_test=40),
+                settings=EvalSettings(shots=1),
+                concurrency=4,
+                out_path=out,
+                model="m",
+                on_record=on_record,
+            )
     kept = [r.index for r in read_records(out)]
-    assert kept and len(kept) < 40 and len(set(kept)) == len(kept) and all(r.ok for r in read_records(out))
+    assert (
+        kept
+        and len(kept) < 40
+        and len(set(kept)) == len(kept)
+        and all(r.ok for r in read_records(out))
+    )
     with FakeOpenAIServer(_answer_right) as server:
-        summary = run_eval(server.url, make_task(n_test=40), settings=EvalSettings(shots=1), concurrency=4, out_path=out,
-                           model="m")
+        summary = run_eval(
+            server.url,
+            make_task(n_test=40),
+            settings=EvalSettings(shots=1),
+            concurrency=4,
+            out_path=out,
+            model="m",
+        )
         assert _asked_indices(server) == sorted(set(range(40)) - set(kept))
     assert summary.n == 40 and summary.accuracy == 1.0

@@ -15,8 +15,16 @@ from pdcheck.vllm_plugin.switches import parse_fixes
 
 def test_finding_round_trips_through_json_dict():
     """A Finding (with its reproducer) survives to_dict/from_dict unchanged: the sweep stores race JSON."""
-    rep = Reproducer(3, "attention", ("sim.dispatch()  # step 1",), {7: ("step 1: -> r00001",)}, "--disable-fix zeroing")
-    finding = Finding(Kind.CORRUPTION_STALE_KV_WRITE, 3, 12, (7,), "r00002", "r00001", "detail", True, rep)
+    rep = Reproducer(
+        3,
+        "attention",
+        ("sim.dispatch()  # step 1",),
+        {7: ("step 1: -> r00001",)},
+        "--disable-fix zeroing",
+    )
+    finding = Finding(
+        Kind.CORRUPTION_STALE_KV_WRITE, 3, 12, (7,), "r00002", "r00001", "detail", True, rep
+    )
     again = Finding.from_dict(finding.to_dict())
     assert again == finding
     assert again.family is Family.BLOCK_REUSE and not again.is_hazard
@@ -24,8 +32,17 @@ def test_finding_round_trips_through_json_dict():
 
 def test_reproducer_renders_a_replay_command_and_block_timelines():
     """The printed slice starts with the command that replays the seed and ends with each block's owners."""
-    text = Reproducer(5, "hybrid-align", ("sim.execute()  # step 4",), {9: ("step 2: -> r1", "step 4: r1 finished (stop)")}, "--depth 3").render()
-    assert text.splitlines()[0] == "# replay: pdcheck race --variant hybrid-align --seed-start 5 --seeds 1 --depth 3"
+    text = Reproducer(
+        5,
+        "hybrid-align",
+        ("sim.execute()  # step 4",),
+        {9: ("step 2: -> r1", "step 4: r1 finished (stop)")},
+        "--depth 3",
+    ).render()
+    assert (
+        text.splitlines()[0]
+        == "# replay: pdcheck race --variant hybrid-align --seed-start 5 --seeds 1 --depth 3"
+    )
     assert "# block 9: step 2: -> r1; step 4: r1 finished (stop)" in text
 
 
@@ -115,7 +132,18 @@ def test_race_summary_round_trips_and_maps_findings_to_exit_1():
     from pdcheck.race.run import RaceSummary, VariantResult
 
     finding = Finding(Kind.ZEROING_OF_LOAD_TARGET, 1, 3, (4,), "r00002", "zeroing", "d")
-    found = VariantResult("hybrid-align", 2, 1, {"ZEROING": 1}, {"ZEROING": 3.0}, {"ZEROING_OF_LOAD_TARGET": 5}, 0, 900, 0.5, (finding,))
+    found = VariantResult(
+        "hybrid-align",
+        2,
+        1,
+        {"ZEROING": 1},
+        {"ZEROING": 3.0},
+        {"ZEROING_OF_LOAD_TARGET": 5},
+        0,
+        900,
+        0.5,
+        (finding,),
+    )
     clean = VariantResult("attention", 2, 0, {}, {}, {}, 0, 800, 0.4, ())
     summary = RaceSummary("0.32.0", ("zeroing",), (), None, 2, 0, 300, None, (found, clean))
     data = summary.to_dict()

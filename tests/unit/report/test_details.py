@@ -7,7 +7,12 @@ from pdcheck.report.details import _read_questions
 
 
 def _line(index: int) -> str:
-    return QuestionRecord(index=index, prompt_sha256="p", gold="1", ok=True, completion=f"c{index}").to_json() + "\n"
+    return (
+        QuestionRecord(
+            index=index, prompt_sha256="p", gold="1", ok=True, completion=f"c{index}"
+        ).to_json()
+        + "\n"
+    )
 
 
 def test_only_wanted_questions_are_returned_and_a_torn_line_is_ignored(tmp_path):

@@ -16,13 +16,19 @@ from pdcheck.sweep.store import load_run
 from .conftest import CellPlan
 from .mdparse import tables
 
-PLANS = [CellPlan("fixes-on"), CellPlan("inject-zero", drops={8: 60}),
-         CellPlan("fixes-on", model="tiny-granite", drops={1: 40}, infra_at=(8,))]
+PLANS = [
+    CellPlan("fixes-on"),
+    CellPlan("inject-zero", drops={8: 60}),
+    CellPlan("fixes-on", model="tiny-granite", drops={1: 40}, infra_at=(8,)),
+]
 
 
 def _markdown_verdicts(text):
     _, body = tables(text)[0]
-    return {(row[0].split("`")[1], int(row[1])): re.search(r"\*\*([A-Z-]+)\*\*", row[-1]).group(1) for row in body}
+    return {
+        (row[0].split("`")[1], int(row[1])): re.search(r"\*\*([A-Z-]+)\*\*", row[-1]).group(1)
+        for row in body
+    }
 
 
 def _junit_verdicts(xml):
@@ -39,8 +45,12 @@ def _junit_verdicts(xml):
 def test_markdown_json_and_junit_agree_on_every_verdict(make_run):
     """The same (cell, concurrency) → verdict map comes out of all three formats."""
     run = load_run(make_run(PLANS))
-    from_json = {(r["cell"], r["concurrency"]): r["verdict"] for r in json.loads(render_json(run))["results"]}
-    assert from_json == _markdown_verdicts(render_markdown(run)) == _junit_verdicts(render_junit(run))
+    from_json = {
+        (r["cell"], r["concurrency"]): r["verdict"] for r in json.loads(render_json(run))["results"]
+    }
+    assert (
+        from_json == _markdown_verdicts(render_markdown(run)) == _junit_verdicts(render_junit(run))
+    )
     assert set(from_json.values()) == {"PASS", "REGRESSION", "INFRA-ERROR"}
 
 
@@ -83,7 +93,9 @@ def test_json_against_lists_the_changed_results_first(make_run):
 def test_cli_against_puts_the_changed_result_first(make_run):
     """`pdcheck report NEW --against OLD` leads the table with the result that changed."""
     old = make_run([CellPlan("fixes-on"), CellPlan("fixes-on", model="tiny-granite")])
-    new = make_run([CellPlan("fixes-on"), CellPlan("fixes-on", model="tiny-granite", drops={8: 60})])
+    new = make_run(
+        [CellPlan("fixes-on"), CellPlan("fixes-on", model="tiny-granite", drops={8: 60})]
+    )
     result = CliRunner().invoke(report, [str(new), "--against", str(old)])
     assert result.exit_code == 1, result.output
     header, body = tables(result.output)[0]

@@ -6,7 +6,7 @@ import re
 
 from pdcheck.report import REPORT_MARKER, render_markdown
 from pdcheck.report.sections import RESULT_COLUMNS, cell_text
-from pdcheck.sweep.store import RunStore, Provenance, load_run
+from pdcheck.sweep.store import Provenance, RunStore, load_run
 
 from .conftest import SWEEP_FILE, CellPlan
 from .mdparse import fences, headings, parse_xychart, tables
@@ -17,8 +17,11 @@ PLANS = [
     CellPlan("fixes-on", model="tiny-granite"),
     CellPlan("inject-stale", model="tiny-granite", drops={8: 40}),
 ]
-RACE = {"status": "pass", "reason": "0 findings in 20 seeds",
-        "variants": [{"variant": "full-attention", "seeds": 20, "seeds_with_findings": 0}]}
+RACE = {
+    "status": "pass",
+    "reason": "0 findings in 20 seeds",
+    "variants": [{"variant": "full-attention", "seeds": 20, "seeds_with_findings": 0}],
+}
 
 
 def test_sections_come_in_the_order_reviewers_read_them(make_run):
@@ -26,7 +29,12 @@ def test_sections_come_in_the_order_reviewers_read_them(make_run):
     text = render_markdown(load_run(make_run(PLANS, race=RACE)))
     assert text.splitlines()[0] == REPORT_MARKER
     assert [h for tag, h in headings(text) if tag == "h2"] == [
-        "Environment", "Results", "Accuracy vs concurrency", "Race findings", "Failures", "Methodology",
+        "Environment",
+        "Results",
+        "Accuracy vs concurrency",
+        "Race findings",
+        "Failures",
+        "Methodology",
     ]
     first_paragraph = text.split("\n\n")[2]
     assert first_paragraph.startswith("**Overall: FAIL**") and "\n" not in first_paragraph
@@ -47,7 +55,11 @@ def test_results_table_has_every_column_and_one_row_per_cell_and_concurrency(mak
     assert len(canary_rows) == 4 and all("inject" in row[0] for row in canary_rows)
     regressed = next(row for row in body if "inject-zero" in row[0] and row[1] == "8")
     assert "REGRESSION" in regressed[-1] and "canary flagged" in regressed[-1]
-    assert regressed[4].startswith("-30.0 [") and regressed[5] == "&lt;0.001" and regressed[8] == "8,000"
+    assert (
+        regressed[4].startswith("-30.0 [")
+        and regressed[5] == "&lt;0.001"
+        and regressed[8] == "8,000"
+    )
 
 
 def test_mermaid_charts_are_well_formed_with_a_line_per_arm(make_run):
@@ -56,12 +68,16 @@ def test_mermaid_charts_are_well_formed_with_a_line_per_arm(make_run):
     charts = [parse_xychart(body) for body in fences(text, "mermaid")]
     assert len(charts) == 2
     arms = {"tiny-granite": "inject-stale", "tiny-llama": "inject-zero"}
-    for chart, (model, canary_arm) in zip(charts, sorted(arms.items())):
+    for chart, (_model, canary_arm) in zip(charts, sorted(arms.items()), strict=False):
         assert chart.x_labels == ["1", "4", "8"]
         low, high = chart.y_range
         assert 0 <= low < high <= 100 and low % 10 == 0 and high % 10 == 0
         # The baseline, then one line per arm of this model.
-        assert [name for name, _ in chart.lines] == ["baseline (no PD)", "PD fixes-on", f"PD {canary_arm}"]
+        assert [name for name, _ in chart.lines] == [
+            "baseline (no PD)",
+            "PD fixes-on",
+            f"PD {canary_arm}",
+        ]
         assert all(len(values) == len(chart.x_labels) for _, values in chart.lines)
         assert all(low <= v <= high for _, values in chart.lines for v in values)
 
@@ -75,7 +91,14 @@ def test_no_chart_for_a_single_concurrency_level(make_run):
 
 def test_each_failure_has_a_collapsed_block_with_evidence_and_the_rerun_command(make_run):
     """Failing results get <details>: diverging questions side by side, log tails, the exact rerun."""
-    run = load_run(make_run([CellPlan("fixes-on", drops={8: 60}), CellPlan("fixes-on", model="tiny-granite", infra_at=(8,))]))
+    run = load_run(
+        make_run(
+            [
+                CellPlan("fixes-on", drops={8: 60}),
+                CellPlan("fixes-on", model="tiny-granite", infra_at=(8,)),
+            ]
+        )
+    )
     text = render_markdown(run)
     blocks = re.findall(r"<details>.*?</details>", text, flags=re.S)
     assert len(blocks) == 2
@@ -83,7 +106,7 @@ def test_each_failure_has_a_collapsed_block_with_evidence_and_the_rerun_command(
     assert "first divergence at token 3" in regression and "margin 2.00 nats" in regression
     assert tables(regression)[0][0] == ["baseline", "PD"]
     assert "decode line 29" in regression and "logs/decode-0.log" in regression
-    for block, cell in zip(blocks, run.cells):
+    for block, cell in zip(blocks, run.cells, strict=False):
         assert f"pdcheck sweep {SWEEP_FILE} --only {cell.name}" in block
 
 
@@ -91,7 +114,11 @@ def test_environment_says_when_an_arm_disables_a_fix_the_vllm_lacks(make_run):
     """This vLLM has no zeroing fix, so the zeroing-off arm equals the fixes-on arm, and the report says so."""
     text = render_markdown(load_run(make_run([CellPlan("fixes-on"), CellPlan("zeroing-off")])))
     env = text.split("## Environment", 1)[1].split("## Results", 1)[0]
-    assert "vLLM: 0.32.0" in env and "nixl: 1.5.1" in env and "block-reuse present, zeroing absent" in env
+    assert (
+        "vLLM: 0.32.0" in env
+        and "nixl: 1.5.1" in env
+        and "block-reuse present, zeroing absent" in env
+    )
     assert "arm `zeroing-off` disables zeroing, which this vLLM lacks" in env
     assert "block-reuse-off" not in env
 
@@ -124,7 +151,9 @@ def test_model_and_log_text_cannot_break_the_markup(make_run):
 
 def test_attach_mode_says_the_servers_were_given_by_url(make_run):
     """A run against the user's servers does not pretend to know their vLLM."""
-    text = render_markdown(load_run(make_run([CellPlan("fixes-on")], environment={"attached": True})))
+    text = render_markdown(
+        load_run(make_run([CellPlan("fixes-on")], environment={"attached": True}))
+    )
     env = text.split("## Environment", 1)[1].split("## Results", 1)[0]
     assert "attached by URL" in env and "vLLM:" not in env
 

@@ -14,17 +14,27 @@ from .mdparse import tables
 
 # Half the results fail (fixes-on regresses at c4 and c8; the canaries are too weak to be flagged
 # at c1 and c2), every failure has diverging questions, and completions and logs are long.
-PLANS = [CellPlan("fixes-on", drops={4: 40, 8: 40}), CellPlan("inject-zero", drops={1: 3, 2: 3, 4: 40, 8: 40}),
-         CellPlan("fixes-on", model="tiny-granite", drops={4: 40, 8: 40}),
-         CellPlan("inject-stale", model="tiny-granite", drops={1: 3, 2: 3, 4: 40, 8: 40})]
+PLANS = [
+    CellPlan("fixes-on", drops={4: 40, 8: 40}),
+    CellPlan("inject-zero", drops={1: 3, 2: 3, 4: 40, 8: 40}),
+    CellPlan("fixes-on", model="tiny-granite", drops={4: 40, 8: 40}),
+    CellPlan("inject-stale", model="tiny-granite", drops={1: 3, 2: 3, 4: 40, 8: 40}),
+]
 
 
 @pytest.fixture(scope="module")
 def big_run(tmp_path_factory):
     from .conftest import write_run
 
-    root = write_run(tmp_path_factory.mktemp("big") / "run", PLANS, n=100, concurrency=(1, 2, 4, 8),
-                     text_len=60, log_lines=40, race=RACE_FINDINGS)
+    root = write_run(
+        tmp_path_factory.mktemp("big") / "run",
+        PLANS,
+        n=100,
+        concurrency=(1, 2, 4, 8),
+        text_len=60,
+        log_lines=40,
+        race=RACE_FINDINGS,
+    )
     return load_run(root)
 
 
@@ -35,7 +45,10 @@ def full(big_run):
 
 def _verdicts(text: str) -> set[tuple[str, int, str]]:
     _, body = tables(text)[0]
-    return {(row[0].split("`")[1], int(row[1]), re.search(r"\*\*([A-Z-]+)\*\*", row[-1]).group(1)) for row in body}
+    return {
+        (row[0].split("`")[1], int(row[1]), re.search(r"\*\*([A-Z-]+)\*\*", row[-1]).group(1))
+        for row in body
+    }
 
 
 def test_the_full_report_is_untouched_when_it_fits(full):
@@ -70,15 +83,34 @@ def test_details_blocks_go_first_then_examples(big_run, full):
     assert "first diverging question" in one_less and "## Accuracy vs concurrency" in one_less
 
 
-def test_shedding_goes_details_then_examples_then_charts_then_race_then_columns(big_run, full, smallest):
+def test_shedding_goes_details_then_examples_then_charts_then_race_then_columns(
+    big_run, full, smallest
+):
     """Scanning budgets from the smallest report to the full one, detail comes back in reverse shedding order."""
     # Shedding the race tables and the wide columns saves little, so the low budgets are dense.
-    budgets = [len(smallest) + int(f * (len(full) - len(smallest))) for f in (0.0, 0.03, 0.06, 0.1, 0.3, 0.6, 1.0)]
+    budgets = [
+        len(smallest) + int(f * (len(full) - len(smallest)))
+        for f in (0.0, 0.03, 0.06, 0.1, 0.3, 0.6, 1.0)
+    ]
     texts = [render_markdown(big_run, max_chars=b) for b in budgets]
-    levels = [("<details>" in t, "first diverging question" in t.lower(), "```mermaid" in t,
-               "seeds with findings" in t, "Δ pts (95% CI)" in t) for t in texts]
+    levels = [
+        (
+            "<details>" in t,
+            "first diverging question" in t.lower(),
+            "```mermaid" in t,
+            "seeds with findings" in t,
+            "Δ pts (95% CI)" in t,
+        )
+        for t in texts
+    ]
     assert levels == sorted(levels), levels  # each level keeps all the detail of every smaller one
-    assert levels[0] == (False, False, False, False, False) and levels[-1] == (True, True, True, True, True)
+    assert levels[0] == (False, False, False, False, False) and levels[-1] == (
+        True,
+        True,
+        True,
+        True,
+        True,
+    )
 
 
 def test_verdict_rows_stay_even_when_they_alone_exceed_the_limit(full, smallest):

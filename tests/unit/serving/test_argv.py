@@ -5,43 +5,106 @@ from __future__ import annotations
 import json
 import sys
 
-from pdcheck.serving.argv import ServerPorts, apply_overrides, build_env, build_serve_argv, launcher_argv
-
+from pdcheck.serving.argv import (
+    ServerPorts,
+    apply_overrides,
+    build_env,
+    build_serve_argv,
+    launcher_argv,
+)
 from tests.unit.serving.conftest import make_cell
 
 PORTS = ServerPorts(http=20000, side_channel=21000, vllm_port=10000)
-CPU_TAIL = ["--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", str(128 * 1024 * 1024)]
+CPU_TAIL = [
+    "--dtype",
+    "float32",
+    "--enforce-eager",
+    "--kv-cache-memory-bytes",
+    str(128 * 1024 * 1024),
+]
 NO_PLUGIN_ALLOWLIST: dict[str, str] = {}  # the inherited environment sets no VLLM_PLUGINS
 
 
 def test_cpu_prefill_and_decode_argv_exact():
     """CPU servers: launcher shim, producer/consumer roles, kv_buffer_device, deterministic defaults."""
     cell = make_cell(connector={"kv_buffer_device": "cpu"}, serving={"platform": "cpu"})
-    head = [sys.executable, "-m", "pdcheck._vllm.launch", "serve", "/models/m", "--host", "127.0.0.1", "--port", "20000", "--tensor-parallel-size", "1"]
+    head = [
+        sys.executable,
+        "-m",
+        "pdcheck._vllm.launch",
+        "serve",
+        "/models/m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "20000",
+        "--tensor-parallel-size",
+        "1",
+    ]
     for role, kv_role in [("prefill", "kv_producer"), ("decode", "kv_consumer")]:
-        conf = json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role, "kv_buffer_device": "cpu"}, separators=(",", ":"))
+        conf = json.dumps(
+            {"kv_connector": "NixlConnector", "kv_role": kv_role, "kv_buffer_device": "cpu"},
+            separators=(",", ":"),
+        )
         assert build_serve_argv(cell, role=role, port=20000, platform="cpu") == [
-            *head, "--kv-transfer-config", conf, "--no-async-scheduling", *CPU_TAIL]
-    assert build_serve_argv(cell, role="baseline", port=20000, platform="cpu") == [*head, "--no-async-scheduling", *CPU_TAIL]
+            *head,
+            "--kv-transfer-config",
+            conf,
+            "--no-async-scheduling",
+            *CPU_TAIL,
+        ]
+    assert build_serve_argv(cell, role="baseline", port=20000, platform="cpu") == [
+        *head,
+        "--no-async-scheduling",
+        *CPU_TAIL,
+    ]
 
 
 def test_reproduces_vllm_run_accuracy_test_sh():
     """The prefill/decode command lines of vLLM's run_accuracy_test.sh (TP 2, kv_both), plus --host."""
     cell = make_cell(
-        model={"path": "Qwen/Qwen3-0.6B", "serve_args": ["--enforce-eager", "--block-size", "128", "--gpu-memory-utilization", "0.2"]},
+        model={
+            "path": "Qwen/Qwen3-0.6B",
+            "serve_args": [
+                "--enforce-eager",
+                "--block-size",
+                "128",
+                "--gpu-memory-utilization",
+                "0.2",
+            ],
+        },
         matrix={"prefill_tp": [2], "decode_tp": [2], "env": [{"VLLM_KV_CACHE_LAYOUT": "HND"}]},
         connector={"kv_roles": "kv_both"},
         serving={"platform": "gpu"},
     )
     argv = build_serve_argv(cell, role="prefill", port=8100, platform="gpu", launcher=["vllm"])
     assert argv == [
-        "vllm", "serve", "Qwen/Qwen3-0.6B", "--host", "127.0.0.1", "--port", "8100",
-        "--tensor-parallel-size", "2",
-        "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}', "--async-scheduling",
-        "--enforce-eager", "--block-size", "128", "--gpu-memory-utilization", "0.2",
+        "vllm",
+        "serve",
+        "Qwen/Qwen3-0.6B",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8100",
+        "--tensor-parallel-size",
+        "2",
+        "--kv-transfer-config",
+        '{"kv_connector":"NixlConnector","kv_role":"kv_both"}',
+        "--async-scheduling",
+        "--enforce-eager",
+        "--block-size",
+        "128",
+        "--gpu-memory-utilization",
+        "0.2",
     ]
-    env = build_env(cell, role="prefill", ports=ServerPorts(8100, 5559, 30000), platform="gpu", gpus=("0", "1"),
-                    inherited=NO_PLUGIN_ALLOWLIST)
+    env = build_env(
+        cell,
+        role="prefill",
+        ports=ServerPorts(8100, 5559, 30000),
+        platform="gpu",
+        gpus=("0", "1"),
+        inherited=NO_PLUGIN_ALLOWLIST,
+    )
     assert env == {
         "VLLM_PORT": "30000",
         "UCX_NET_DEVICES": "all",
@@ -57,60 +120,134 @@ def test_async_flag_is_explicit_both_ways_and_attention_backend_flag():
     turning it off), `--no-async-scheduling` when not; `--attention-backend` iff set."""
     cell = make_cell(matrix={"async_scheduling": [False], "attention_backend": ["FLASHINFER"]})
     argv = build_serve_argv(cell, role="decode", port=1, platform="gpu", launcher=["vllm"])
-    assert argv[argv.index("--no-async-scheduling") - 2:][:5] == [
-        "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}',
-        "--no-async-scheduling", "--attention-backend", "FLASHINFER",
+    assert argv[argv.index("--no-async-scheduling") - 2 :][:5] == [
+        "--kv-transfer-config",
+        '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}',
+        "--no-async-scheduling",
+        "--attention-backend",
+        "FLASHINFER",
     ]
     on = build_serve_argv(make_cell(), role="decode", port=1, platform="gpu", launcher=["vllm"])
-    assert "--async-scheduling" in on and "--no-async-scheduling" not in on and "--attention-backend" not in on
+    assert (
+        "--async-scheduling" in on
+        and "--no-async-scheduling" not in on
+        and "--attention-backend" not in on
+    )
 
 
 def test_model_args_then_extra_args_override_defaults():
     """Model serve args replace pdcheck's defaults; the sweep's extra args replace both (bool twins too)."""
     cell = make_cell(
-        model={"serve_args": ["--dtype", "bfloat16", "--no-enable-prefix-caching", "--max-model-len", "2048"]},
-        serving={"extra_serve_args": ["--enable-prefix-caching", "--max-model-len=4096", "--seed", "7"]},
+        model={
+            "serve_args": [
+                "--dtype",
+                "bfloat16",
+                "--no-enable-prefix-caching",
+                "--max-model-len",
+                "2048",
+            ]
+        },
+        serving={
+            "extra_serve_args": ["--enable-prefix-caching", "--max-model-len=4096", "--seed", "7"]
+        },
     )
     argv = build_serve_argv(cell, role="baseline", port=5, platform="cpu", launcher=["vllm"])
-    assert argv[argv.index("--dtype"):] == [
-        "--dtype", "bfloat16", "--enforce-eager", "--kv-cache-memory-bytes", str(128 * 1024 * 1024),
-        "--enable-prefix-caching", "--max-model-len=4096", "--seed", "7",
+    assert argv[argv.index("--dtype") :] == [
+        "--dtype",
+        "bfloat16",
+        "--enforce-eager",
+        "--kv-cache-memory-bytes",
+        str(128 * 1024 * 1024),
+        "--enable-prefix-caching",
+        "--max-model-len=4096",
+        "--seed",
+        "7",
     ]
 
 
 def test_apply_overrides_groups_values_and_negative_numbers():
     """A value such as -1 or 0.2 stays with its flag; an unknown flag is appended; a twin is replaced."""
     base = ["--max-num-seqs", "-1", "--foo", "--gpu-memory-utilization", "0.2"]
-    assert apply_overrides(base, ["--no-foo", "--gpu_memory_utilization", "0.5", "--new", "a", "b"]) == [
-        "--max-num-seqs", "-1", "--no-foo", "--gpu_memory_utilization", "0.5", "--new", "a", "b",
+    assert apply_overrides(
+        base, ["--no-foo", "--gpu_memory_utilization", "0.5", "--new", "a", "b"]
+    ) == [
+        "--max-num-seqs",
+        "-1",
+        "--no-foo",
+        "--gpu_memory_utilization",
+        "0.5",
+        "--new",
+        "a",
+        "b",
     ]
 
 
 def test_launcher_per_arm_environment():
     """The arm's environment picks the launcher: a vllm executable, or its python with the right module."""
-    envs = [{"name": "nightly", "vllm": "/opt/nightly/bin/vllm"}, {"name": "old", "python": "/opt/old/bin/python"}]
-    nightly = make_cell(environments=envs, matrix={"arms": [{"name": "n", "environment": "nightly"}]})
+    envs = [
+        {"name": "nightly", "vllm": "/opt/nightly/bin/vllm"},
+        {"name": "old", "python": "/opt/old/bin/python"},
+    ]
+    nightly = make_cell(
+        environments=envs, matrix={"arms": [{"name": "n", "environment": "nightly"}]}
+    )
     old = make_cell(environments=envs, matrix={"arms": [{"name": "o", "environment": "old"}]})
     assert launcher_argv(nightly, platform="gpu") == ["/opt/nightly/bin/vllm"]
-    assert launcher_argv(old, platform="gpu") == ["/opt/old/bin/python", "-m", "vllm.entrypoints.cli.main"]
-    assert launcher_argv(old, platform="cpu") == ["/opt/old/bin/python", "-m", "pdcheck._vllm.launch"]
-    assert launcher_argv(make_cell(), platform="cpu") == [sys.executable, "-m", "pdcheck._vllm.launch"]
+    assert launcher_argv(old, platform="gpu") == [
+        "/opt/old/bin/python",
+        "-m",
+        "vllm.entrypoints.cli.main",
+    ]
+    assert launcher_argv(old, platform="cpu") == [
+        "/opt/old/bin/python",
+        "-m",
+        "pdcheck._vllm.launch",
+    ]
+    assert launcher_argv(make_cell(), platform="cpu") == [
+        sys.executable,
+        "-m",
+        "pdcheck._vllm.launch",
+    ]
 
 
 def test_plugin_env_contract_per_role():
     """Fix switches on prefill+decode, injections on decode only; VLLM_PLUGINS is left unset (every
     plugin loads, pdcheck's included), so no other general or platform plugin is filtered out."""
     fixes_off = make_cell(matrix={"arms": ["fixes-off"]})
-    inject = make_cell(matrix={"arms": [{"name": "inj", "inject": "stale-kv:0.25", "inject_seed": 9}]})
+    inject = make_cell(
+        matrix={"arms": [{"name": "inj", "inject": "stale-kv:0.25", "inject_seed": 9}]}
+    )
     for role in ("prefill", "decode"):
-        env = build_env(fixes_off, role=role, ports=PORTS, platform="gpu", gpus=("0",), inherited=NO_PLUGIN_ALLOWLIST)
+        env = build_env(
+            fixes_off,
+            role=role,
+            ports=PORTS,
+            platform="gpu",
+            gpus=("0",),
+            inherited=NO_PLUGIN_ALLOWLIST,
+        )
         assert env["PDCHECK_DISABLE_FIXES"] == "block-reuse,zeroing" and "VLLM_PLUGINS" not in env
-    assert "PDCHECK_DISABLE_FIXES" not in build_env(fixes_off, role="baseline", ports=PORTS, platform="gpu")
-    dec = build_env(inject, role="decode", ports=PORTS, platform="gpu", plugin_dir="/run/plugin/decode-0")
-    assert (dec["PDCHECK_INJECT"], dec["PDCHECK_INJECT_SEED"], dec["PDCHECK_PLUGIN_DIR"]) == ("stale-kv:0.25", "9", "/run/plugin/decode-0")
+    assert "PDCHECK_DISABLE_FIXES" not in build_env(
+        fixes_off, role="baseline", ports=PORTS, platform="gpu"
+    )
+    dec = build_env(
+        inject, role="decode", ports=PORTS, platform="gpu", plugin_dir="/run/plugin/decode-0"
+    )
+    assert (dec["PDCHECK_INJECT"], dec["PDCHECK_INJECT_SEED"], dec["PDCHECK_PLUGIN_DIR"]) == (
+        "stale-kv:0.25",
+        "9",
+        "/run/plugin/decode-0",
+    )
     pre = build_env(inject, role="prefill", ports=PORTS, platform="gpu")
     assert "PDCHECK_INJECT" not in pre
-    cpu = build_env(make_cell(), role="decode", ports=PORTS, platform="cpu", cpu_bind="1", inherited=NO_PLUGIN_ALLOWLIST)
+    cpu = build_env(
+        make_cell(),
+        role="decode",
+        ports=PORTS,
+        platform="cpu",
+        cpu_bind="1",
+        inherited=NO_PLUGIN_ALLOWLIST,
+    )
     assert (cpu["PDCHECK_NIXL_PTHR_DELAY_US"], cpu["VLLM_CPU_OMP_THREADS_BIND"]) == ("1000", "1")
     assert "CUDA_VISIBLE_DEVICES" not in cpu and "VLLM_PLUGINS" not in cpu
 
@@ -120,25 +257,54 @@ def test_a_plugin_allowlist_gets_pdcheck_added_only_where_an_arm_needs_it():
     gains pdcheck on servers whose arm switches something; a baseline's list is left alone."""
     fixes_off = make_cell(matrix={"arms": ["fixes-off"]})
     inherited = {"VLLM_PLUGINS": "lora_resolver,my_platform"}
-    dec = build_env(fixes_off, role="decode", ports=PORTS, platform="gpu", gpus=("0",), inherited=inherited,
-                    plugin_dir="/run/p")
+    dec = build_env(
+        fixes_off,
+        role="decode",
+        ports=PORTS,
+        platform="gpu",
+        gpus=("0",),
+        inherited=inherited,
+        plugin_dir="/run/p",
+    )
     assert dec["VLLM_PLUGINS"] == "lora_resolver,my_platform,pdcheck"
-    base = build_env(fixes_off, role="baseline", ports=PORTS, platform="gpu", gpus=("0",), inherited=inherited,
-                     plugin_dir="/run/p")
+    base = build_env(
+        fixes_off,
+        role="baseline",
+        ports=PORTS,
+        platform="gpu",
+        gpus=("0",),
+        inherited=inherited,
+        plugin_dir="/run/p",
+    )
     assert "VLLM_PLUGINS" not in base  # inherited unchanged
-    clean = build_env(make_cell(), role="decode", ports=PORTS, platform="gpu", gpus=("0",), inherited=inherited,
-                      plugin_dir="/run/p")
+    clean = build_env(
+        make_cell(),
+        role="decode",
+        ports=PORTS,
+        platform="gpu",
+        gpus=("0",),
+        inherited=inherited,
+        plugin_dir="/run/p",
+    )
     assert "VLLM_PLUGINS" not in clean
 
 
 def test_injected_decoders_run_without_prefix_caching_whatever_the_model_says():
     """--no-enable-prefix-caching on an injection arm's decoder, last, so model args cannot undo it."""
-    inject = make_cell(model={"serve_args": ["--enable-prefix-caching"]}, matrix={"arms": ["inject-zero"]})
+    inject = make_cell(
+        model={"serve_args": ["--enable-prefix-caching"]}, matrix={"arms": ["inject-zero"]}
+    )
     decode = build_serve_argv(inject, role="decode", port=1, platform="gpu", launcher=["vllm"])
     assert "--no-enable-prefix-caching" in decode and "--enable-prefix-caching" not in decode
     prefill = build_serve_argv(inject, role="prefill", port=1, platform="gpu", launcher=["vllm"])
     assert "--enable-prefix-caching" in prefill
-    clean = build_serve_argv(make_cell(matrix={"arms": ["fixes-off"]}), role="decode", port=1, platform="gpu", launcher=["vllm"])
+    clean = build_serve_argv(
+        make_cell(matrix={"arms": ["fixes-off"]}),
+        role="decode",
+        port=1,
+        platform="gpu",
+        launcher=["vllm"],
+    )
     assert "--no-enable-prefix-caching" not in clean
 
 
@@ -146,18 +312,39 @@ def test_hybrid_models_default_to_the_ds_conv_state_layout():
     """NIXL needs DS for Mamba-style models on GPU (vLLM's default is SD); a sweep may override it."""
     hybrid = make_cell(model={"kind": "hybrid"})
     for role in ("prefill", "decode", "baseline"):
-        assert build_env(hybrid, role=role, ports=PORTS, platform="gpu", gpus=("0",))["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"
-    assert "VLLM_SSM_CONV_STATE_LAYOUT" not in build_env(make_cell(), role="decode", ports=PORTS, platform="gpu", gpus=("0",))
+        assert (
+            build_env(hybrid, role=role, ports=PORTS, platform="gpu", gpus=("0",))[
+                "VLLM_SSM_CONV_STATE_LAYOUT"
+            ]
+            == "DS"
+        )
+    assert "VLLM_SSM_CONV_STATE_LAYOUT" not in build_env(
+        make_cell(), role="decode", ports=PORTS, platform="gpu", gpus=("0",)
+    )
     overridden = make_cell(model={"kind": "hybrid", "env": {"VLLM_SSM_CONV_STATE_LAYOUT": "SD"}})
-    assert build_env(overridden, role="decode", ports=PORTS, platform="gpu", gpus=("0",))["VLLM_SSM_CONV_STATE_LAYOUT"] == "SD"
+    assert (
+        build_env(overridden, role="decode", ports=PORTS, platform="gpu", gpus=("0",))[
+            "VLLM_SSM_CONV_STATE_LAYOUT"
+        ]
+        == "SD"
+    )
 
 
 def test_side_channel_host_is_set_when_servers_are_not_on_localhost():
     """vLLM's side-channel host defaults to localhost, which a decoder on another host cannot reach."""
     remote = make_cell(serving={"host": "10.0.0.5"})
-    assert build_env(remote, role="prefill", ports=PORTS, platform="gpu", gpus=("0",))["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.5"
-    assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in build_env(remote, role="baseline", ports=PORTS, platform="gpu", gpus=("0",))
-    assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in build_env(make_cell(), role="prefill", ports=PORTS, platform="gpu", gpus=("0",))
+    assert (
+        build_env(remote, role="prefill", ports=PORTS, platform="gpu", gpus=("0",))[
+            "VLLM_NIXL_SIDE_CHANNEL_HOST"
+        ]
+        == "10.0.0.5"
+    )
+    assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in build_env(
+        remote, role="baseline", ports=PORTS, platform="gpu", gpus=("0",)
+    )
+    assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in build_env(
+        make_cell(), role="prefill", ports=PORTS, platform="gpu", gpus=("0",)
+    )
 
 
 def test_idle_engines_wait_instead_of_spinning_on_cpu_only():
@@ -174,7 +361,10 @@ def test_env_layers_cell_then_model_then_plugin():
     """The cell's env overrides pdcheck's defaults, the model's env overrides the cell's; plugin vars win."""
     cell = make_cell(
         model={"env": {"VLLM_SSM_CONV_STATE_LAYOUT": "DS", "UCX_NET_DEVICES": "mlx5_0:1"}},
-        matrix={"env": [{"UCX_NET_DEVICES": "eth0", "VLLM_PLUGINS": "other"}], "arms": ["zeroing-off"]},
+        matrix={
+            "env": [{"UCX_NET_DEVICES": "eth0", "VLLM_PLUGINS": "other"}],
+            "arms": ["zeroing-off"],
+        },
     )
     env = build_env(cell, role="decode", ports=PORTS, platform="gpu", gpus=("3",))
     assert env["UCX_NET_DEVICES"] == "mlx5_0:1"

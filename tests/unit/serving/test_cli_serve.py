@@ -14,20 +14,37 @@ import pytest
 
 from pdcheck.cli import main
 from pdcheck.errors import ExitCode
-
 from tests.unit.serving.test_process import default_ctrl_c
 
 
 def test_up_dry_run_prints_every_server_and_the_proxy(capsys, tmp_path):
     """--dry-run prints each server's env + argv and the proxy command, and starts nothing (exit 0)."""
-    rc = main(["up", "--model", "fixture:tiny-llama-random", "--platform", "cpu", "--serve-arg=--max-model-len",
-               "--serve-arg=2048", "--run-dir", str(tmp_path), "--dry-run"])
+    rc = main(
+        [
+            "up",
+            "--model",
+            "fixture:tiny-llama-random",
+            "--platform",
+            "cpu",
+            "--serve-arg=--max-model-len",
+            "--serve-arg=2048",
+            "--run-dir",
+            str(tmp_path),
+            "--dry-run",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == ExitCode.OK
     assert out.count("pdcheck._vllm.launch serve") == 3 and "--max-model-len 2048" in out
-    assert '"kv_role":"kv_producer","kv_buffer_device":"cpu"' in out and "pdcheck proxy --prefill http://127.0.0.1:" in out
+    assert (
+        '"kv_role":"kv_producer","kv_buffer_device":"cpu"' in out
+        and "pdcheck proxy --prefill http://127.0.0.1:" in out
+    )
     # The CPU-only idle waits are part of what a dry run shows, on every server.
-    assert out.count("PDCHECK_IDLE_BACKOFF_MS=16") == 3 and out.count("PDCHECK_SHM_SPIN_SLEEP_US=50") == 3
+    assert (
+        out.count("PDCHECK_IDLE_BACKOFF_MS=16") == 3
+        and out.count("PDCHECK_SHM_SPIN_SLEEP_US=50") == 3
+    )
     assert not (tmp_path / "logs").exists()
 
 
@@ -45,7 +62,9 @@ def test_up_with_a_multi_cell_sweep_lists_the_cells(capsys):
 
 def test_up_refuses_a_gpu_topology_without_gpus(capsys):
     """A GPU topology on a machine with no GPUs is refused before anything starts, naming the counts."""
-    rc = main(["up", "--model", "Qwen/Qwen3-0.6B", "--platform", "gpu", "--prefill-tp", "2", "--dry-run"])
+    rc = main(
+        ["up", "--model", "Qwen/Qwen3-0.6B", "--platform", "gpu", "--prefill-tp", "2", "--dry-run"]
+    )
     assert rc == ExitCode.CONFIG
     assert "needs 4 GPUs" in capsys.readouterr().err
 
@@ -56,7 +75,17 @@ def test_proxy_on_a_taken_port_is_an_infra_error(capsys):
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        rc = main(["proxy", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2", "--port", str(port)])
+        rc = main(
+            [
+                "proxy",
+                "--prefill",
+                "http://127.0.0.1:1",
+                "--decode",
+                "http://127.0.0.1:2",
+                "--port",
+                str(port),
+            ]
+        )
     assert rc == ExitCode.INFRA
     assert f"127.0.0.1:{port} is already in use" in capsys.readouterr().err
 
@@ -71,9 +100,21 @@ def test_proxy_stops_on_ctrl_c_or_sigterm(sig):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     pdcheck = str(Path(sys.executable).with_name("pdcheck"))
-    proc = subprocess.Popen([pdcheck, "proxy", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2",
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=default_ctrl_c)
+    proc = subprocess.Popen(
+        [
+            pdcheck,
+            "proxy",
+            "--prefill",
+            "http://127.0.0.1:1",
+            "--decode",
+            "http://127.0.0.1:2",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=default_ctrl_c,
+    )
     try:
         deadline = time.monotonic() + 30
         status = None
@@ -97,14 +138,17 @@ def _stub_sweep(tmp_path, mode: str) -> str:
     from tests.unit.serving.test_process import STUB
 
     launcher = tmp_path / "fake-vllm"
-    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {STUB} \"$@\"\n")
+    launcher.write_text(f'#!/bin/sh\nexec {sys.executable} {STUB} "$@"\n')
     launcher.chmod(0o755)
     (tmp_path / "pids").mkdir()
     sweep = {
-        "name": "stub", "models": [{"name": "m", "path": "/models/m"}],
+        "name": "stub",
+        "models": [{"name": "m", "path": "/models/m"}],
         "environments": [{"name": "stub", "vllm": str(launcher)}],
-        "matrix": {"arms": [{"name": "s", "environment": "stub"}],
-                   "env": [{"STUB_MODE": mode, "STUB_PID_DIR": str(tmp_path / "pids")}]},
+        "matrix": {
+            "arms": [{"name": "s", "environment": "stub"}],
+            "env": [{"STUB_MODE": mode, "STUB_PID_DIR": str(tmp_path / "pids")}],
+        },
         "serving": {"platform": "cpu", "ready_timeout_s": 60},
     }
     path = tmp_path / "stub.yaml"
@@ -120,8 +164,12 @@ def test_interrupting_pdcheck_up_leaves_no_child(tmp_path, sig, phase):
 
     sweep = _stub_sweep(tmp_path, "never-healthy" if phase == "startup" else "ok")
     pdcheck = str(Path(sys.executable).with_name("pdcheck"))
-    proc = subprocess.Popen([pdcheck, "up", sweep, "--run-dir", str(tmp_path / "run")], stdout=subprocess.PIPE, text=True,
-                            preexec_fn=default_ctrl_c)
+    proc = subprocess.Popen(
+        [pdcheck, "up", sweep, "--run-dir", str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_ctrl_c,
+    )
     try:
         if phase == "run":
             assert proc.stdout.readline().startswith("baseline  http://127.0.0.1:")
@@ -136,16 +184,27 @@ def test_interrupting_pdcheck_up_leaves_no_child(tmp_path, sig, phase):
         if proc.poll() is None:
             proc.kill()
     assert wait_gone(pids) == []
-    assert rc == {("startup", signal.SIGINT): 130, ("startup", signal.SIGTERM): 143,
-                  ("run", signal.SIGINT): 0, ("run", signal.SIGTERM): 143}[(phase, sig)]
+    assert (
+        rc
+        == {
+            ("startup", signal.SIGINT): 130,
+            ("startup", signal.SIGTERM): 143,
+            ("run", signal.SIGINT): 0,
+            ("run", signal.SIGTERM): 143,
+        }[(phase, sig)]
+    )
 
 
 def test_up_prints_every_server_url(tmp_path):
     """`pdcheck up` prints the baseline, the proxy, and every prefill and decode server's own URL."""
     sweep = _stub_sweep(tmp_path, "ok")
     pdcheck = str(Path(sys.executable).with_name("pdcheck"))
-    proc = subprocess.Popen([pdcheck, "up", sweep, "--run-dir", str(tmp_path / "run")], stdout=subprocess.PIPE, text=True,
-                            preexec_fn=default_ctrl_c)
+    proc = subprocess.Popen(
+        [pdcheck, "up", sweep, "--run-dir", str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_ctrl_c,
+    )
     try:
         lines = []
         while not (lines and lines[-1].startswith("log ")):
@@ -155,6 +214,10 @@ def test_up_prints_every_server_url(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    urls = dict(line.split(None, 1) for line in lines if "  http://" in line and not line.startswith("decoder"))
+    urls = dict(
+        line.split(None, 1)
+        for line in lines
+        if "  http://" in line and not line.startswith("decoder")
+    )
     assert {"baseline", "pd", "prefill-0", "decode-0"} <= set(urls), lines
     assert len(set(urls.values())) == len(urls)

@@ -28,11 +28,17 @@ def _fake_release(root: Path, commit_line: str) -> Path:
     return root
 
 
-@pytest.mark.parametrize(("commit_line", "commit"), [
-    ("__commit_id__ = commit_id = 'g5df63a720'", "5df63a720"),  # how vLLM's release wheels write it
-    ("__commit_id__ = commit_id = '5df63a720'", "5df63a720"),
-    ("__commit_id__ = commit_id = None", None),
-])
+@pytest.mark.parametrize(
+    ("commit_line", "commit"),
+    [
+        (
+            "__commit_id__ = commit_id = 'g5df63a720'",
+            "5df63a720",
+        ),  # how vLLM's release wheels write it
+        ("__commit_id__ = commit_id = '5df63a720'", "5df63a720"),
+        ("__commit_id__ = commit_id = None", None),
+    ],
+)
 def test_release_commit_is_the_bare_hash(tmp_path, monkeypatch, commit_line, commit):
     """The commit is reported without git-describe's `g` prefix, so it can be pasted into `git show`."""
     monkeypatch.setenv("PYTHONPATH", str(_fake_release(tmp_path, commit_line)))

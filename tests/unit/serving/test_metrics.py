@@ -7,8 +7,12 @@ import math
 import pytest
 
 from pdcheck.errors import NoKvTransferred
-from pdcheck.serving.metrics import KvTransferMetrics, parse_prometheus, require_kv_transferred, scrape_kv_metrics
-
+from pdcheck.serving.metrics import (
+    KvTransferMetrics,
+    parse_prometheus,
+    require_kv_transferred,
+    scrape_kv_metrics,
+)
 from tests.fakes.openai_server import FakeOpenAIServer
 
 EXPOSITION = """\
@@ -29,7 +33,7 @@ vllm:other{path="a\\"b,c=d}",x="y"} +Inf 1700000000000
 def test_parse_handles_labels_escapes_specials_and_timestamps():
     """Label values with escaped quotes, commas and braces parse; +Inf and trailing timestamps too."""
     samples = parse_prometheus(EXPOSITION)
-    other = [s for s in samples if s[0] == "vllm:other"][0]
+    other = next(s for s in samples if s[0] == "vllm:other")
     assert other[1] == {"path": 'a"b,c=d}', "x": "y"} and math.isinf(other[2])
     assert len(samples) == 9
 

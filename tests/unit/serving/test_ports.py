@@ -23,7 +23,13 @@ def _all_ports(bucket: int) -> list[set[int]]:
     out = []
     for slot in range(SLOTS_PER_WORKER):
         p = alloc.slot_ports(slot)
-        out.append({p.http, *range(p.side_channel, p.side_channel + SIDE_CHANNEL_STRIDE), *range(p.vllm_port, p.vllm_port + VLLM_PORT_STRIDE)})
+        out.append(
+            {
+                p.http,
+                *range(p.side_channel, p.side_channel + SIDE_CHANNEL_STRIDE),
+                *range(p.vllm_port, p.vllm_port + VLLM_PORT_STRIDE),
+            }
+        )
     return out
 
 
@@ -47,7 +53,9 @@ def test_worker_bucket_keys_on_pytest_xdist_worker():
 def test_successive_servers_in_one_process_never_share_ports():
     """Several topologies from one allocator get distinct slots."""
     alloc = PortAllocator(bucket=5)
-    got = [alloc.server_ports(tp=2) for _ in range(12)] + [alloc.server_ports(tp=1) for _ in range(3)]
+    got = [alloc.server_ports(tp=2) for _ in range(12)] + [
+        alloc.server_ports(tp=1) for _ in range(3)
+    ]
     https = [p.http for p in got]
     sides = [s for p in got for s in range(p.side_channel, p.side_channel + 2)]
     assert len(set(https)) == len(https) and len(set(sides)) == len(sides)
@@ -84,7 +92,9 @@ def test_a_slot_claimed_by_another_process_is_skipped(tmp_path):
         "print(p.http, flush=True)\n"
         "import sys; sys.stdin.read()\n"
     )
-    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         theirs = int(other.stdout.readline())
         mine = PortAllocator(bucket=4).server_ports().http

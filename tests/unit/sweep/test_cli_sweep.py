@@ -12,8 +12,21 @@ CANARY = "fake-p1x1-d1x1-async-inject-zero"
 
 
 def _sweep(sweep_file, out, cell, pd_url, base_url, *extra):
-    return main(["sweep", str(sweep_file), "--out", str(out), "--only", cell,
-                 "--baseline-url", base_url, "--pd-url", pd_url, *extra])
+    return main(
+        [
+            "sweep",
+            str(sweep_file),
+            "--out",
+            str(out),
+            "--only",
+            cell,
+            "--baseline-url",
+            base_url,
+            "--pd-url",
+            pd_url,
+            *extra,
+        ]
+    )
 
 
 def test_clean_cell_that_matches_its_baseline_exits_0(sweep_file, servers, tmp_path):
@@ -49,14 +62,31 @@ def test_canary_flagged_exits_0_and_unflagged_canary_exits_1(sweep_file, servers
 def test_race_canary_levels_where_the_race_cannot_fire_are_controls(sweep_file, servers, tmp_path):
     """fixes-off: c1 (and every level with async off) must PASS; with async on, c4 must be flagged."""
     base, good, bad = servers
-    sweep_file.write_text(sweep_file.read_text().replace(
-        "arms: [fixes-on, inject-zero]", "arms: [fixes-off]\n  async_scheduling: [true, false]"))
-    assert _sweep(sweep_file, tmp_path / "sync", "fake-p1x1-d1x1-sync-fixes-off", good.url, base.url) == 0
-    assert _sweep(sweep_file, tmp_path / "async", "fake-p1x1-d1x1-async-fixes-off", good.url, base.url) == 1
+    sweep_file.write_text(
+        sweep_file.read_text().replace(
+            "arms: [fixes-on, inject-zero]", "arms: [fixes-off]\n  async_scheduling: [true, false]"
+        )
+    )
+    assert (
+        _sweep(sweep_file, tmp_path / "sync", "fake-p1x1-d1x1-sync-fixes-off", good.url, base.url)
+        == 0
+    )
+    assert (
+        _sweep(sweep_file, tmp_path / "async", "fake-p1x1-d1x1-async-fixes-off", good.url, base.url)
+        == 1
+    )
     results = json.loads((tmp_path / "async" / "summary.json").read_text())["cells"][0]["results"]
-    assert [(r["concurrency"], r["status"], r["canary"]) for r in results] == [(1, "pass", False), (4, "fail", True)]
+    assert [(r["concurrency"], r["status"], r["canary"]) for r in results] == [
+        (1, "pass", False),
+        (4, "fail", True),
+    ]
     assert "concurrency 1" in results[0]["reason"] and "canary NOT flagged" in results[1]["reason"]
-    assert _sweep(sweep_file, tmp_path / "flagged-c1", "fake-p1x1-d1x1-async-fixes-off", bad.url, base.url) == 1
+    assert (
+        _sweep(
+            sweep_file, tmp_path / "flagged-c1", "fake-p1x1-d1x1-async-fixes-off", bad.url, base.url
+        )
+        == 1
+    )
 
 
 def test_unreachable_pd_server_is_infra_error_exit_2(sweep_file, servers, tmp_path):
@@ -74,8 +104,21 @@ def test_bad_input_exits_3_and_starts_nothing(sweep_file, servers, tmp_path):
     assert main(["sweep", str(sweep_file), "--out", str(tmp_path / "a"), "--shard", "3/2"]) == 3
     assert main(["sweep", str(sweep_file), "--out", str(tmp_path / "b"), "--only", "nope"]) == 3
     # Attach mode needs exactly one cell.
-    assert main(["sweep", str(sweep_file), "--out", str(tmp_path / "c"),
-                 "--baseline-url", base.url, "--pd-url", good.url]) == 3
+    assert (
+        main(
+            [
+                "sweep",
+                str(sweep_file),
+                "--out",
+                str(tmp_path / "c"),
+                "--baseline-url",
+                base.url,
+                "--pd-url",
+                good.url,
+            ]
+        )
+        == 3
+    )
     assert main(["sweep", str(sweep_file), "--out", str(tmp_path / "d"), "--pd-url", good.url]) == 3
     assert not any((tmp_path / n).exists() for n in "abcd")
     assert base.requests == [] and good.requests == []
@@ -93,7 +136,20 @@ def test_resume_of_a_finished_run_sends_no_request(sweep_file, servers, tmp_path
     base, good, _ = servers
     assert _sweep(sweep_file, tmp_path / "r", CLEAN, good.url, base.url) == 0
     asked = len(base.requests) + len(good.requests)
-    assert main(["sweep", "--resume", str(tmp_path / "r"), "--baseline-url", base.url, "--pd-url", good.url]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--resume",
+                str(tmp_path / "r"),
+                "--baseline-url",
+                base.url,
+                "--pd-url",
+                good.url,
+            ]
+        )
+        == 0
+    )
     assert len(base.requests) + len(good.requests) == asked
 
 
@@ -104,6 +160,8 @@ def test_early_stop_ends_a_collapsing_unit_and_skips_higher_levels(sweep_file, s
     cell = load_run(tmp_path / "r").cells[0]
     pd_c1 = cell.unit("pd", 1, 0)
     assert 0 < len(pd_c1.records()) < 16 and pd_c1.summary["early_stop"]["verdict"] == "REGRESSION"
-    assert cell.verdicts[1].name == "REGRESSION" and cell.verdicts[1].reason.startswith("early stop: mixture SPRT")
+    assert cell.verdicts[1].name == "REGRESSION" and cell.verdicts[1].reason.startswith(
+        "early stop: mixture SPRT"
+    )
     assert cell.unit("pd", 4, 0) is None, "a level after a flagged one is not run"
     assert cell.verdicts[4].name == "REGRESSION" and "c1 was REGRESSION" in cell.verdicts[4].reason

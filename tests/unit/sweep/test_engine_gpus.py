@@ -52,16 +52,22 @@ class RecordingGpuBackend:
 
 def test_wave_jobs_overlap_only_on_disjoint_gpus(sweep_file, servers, tmp_path):
     """Concurrent jobs hold disjoint GPU sets of the right size; the sweep still judges every cell."""
-    base, good, bad = servers
+    base, good, _bad = servers
     backend = RecordingGpuBackend(base.url, good.url)
     cells = expand_cells(load_sweep(sweep_file))
-    store = RunStore.create(tmp_path / "r", provenance=Provenance(), sweep={"name": "fake"}, environment={})
+    store = RunStore.create(
+        tmp_path / "r", provenance=Provenance(), sweep={"name": "fake"}, environment={}
+    )
     result = Engine(cells, store=store, backend=backend).run()
     assert result.server_starts == 3  # one shared baseline, one PD per arm
     for label, gpus, *_ in backend.held:
         assert len(gpus) == (1 if label.startswith("baseline") else 2) and set(gpus) <= {0, 1, 2, 3}
-    overlapping = [(a, b) for i, a in enumerate(backend.held) for b in backend.held[i + 1:]
-                   if a[2] < b[3] and b[2] < a[3]]
+    overlapping = [
+        (a, b)
+        for i, a in enumerate(backend.held)
+        for b in backend.held[i + 1 :]
+        if a[2] < b[3] and b[2] < a[3]
+    ]
     assert overlapping, "with 4 GPUs the baseline (1) and a PD topology (2) must run at once"
     for a, b in overlapping:
         assert set(a[1]).isdisjoint(b[1]), f"{a[0]} and {b[0]} shared a GPU"
@@ -73,12 +79,23 @@ def test_progress_events_count_each_verdict_once_and_reach_all_cells(sweep_file,
     base, good, _ = servers
     events = []
     cells = expand_cells(load_sweep(sweep_file))
-    store = RunStore.create(tmp_path / "r", provenance=Provenance(), sweep={"name": "fake"}, environment={})
-    Engine(cells, store=store, backend=RecordingGpuBackend(base.url, good.url, gpus=()), on_event=events.append).run()
+    store = RunStore.create(
+        tmp_path / "r", provenance=Provenance(), sweep={"name": "fake"}, environment={}
+    )
+    Engine(
+        cells,
+        store=store,
+        backend=RecordingGpuBackend(base.url, good.url, gpus=()),
+        on_event=events.append,
+    ).run()
     last = events[-1]
     assert last.kind == "finished"
     assert sum(last.verdicts.values()) == len(cells) * 2
     assert last.cells_done == last.cells_total == len(cells)
-    assert last.questions_done == last.questions_total == 16 * 2 * (1 + len(cells))  # shared baseline runs once
+    assert (
+        last.questions_done == last.questions_total == 16 * 2 * (1 + len(cells))
+    )  # shared baseline runs once
     done_over_time = [e.cells_done for e in events]
-    assert done_over_time == sorted(done_over_time) and 0 < done_over_time.index(1) < len(events) - 1
+    assert (
+        done_over_time == sorted(done_over_time) and 0 < done_over_time.index(1) < len(events) - 1
+    )

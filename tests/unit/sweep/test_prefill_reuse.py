@@ -20,14 +20,17 @@ from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
 from pdcheck.sweep import serving_backend
 from pdcheck.sweep.serving_backend import ServingBackend
-
 from tests.unit.serving.conftest import make_cell
 from tests.unit.serving.test_process import STUB, alive, recorded_pids, wait_gone
 
 
 @pytest.fixture
 def backend(tmp_path, worker_index, monkeypatch):
-    monkeypatch.setattr(serving_backend, "plan_topology", functools.partial(plan_topology, launcher=[sys.executable, STUB]))
+    monkeypatch.setattr(
+        serving_backend,
+        "plan_topology",
+        functools.partial(plan_topology, launcher=[sys.executable, STUB]),
+    )
     made = ServingBackend(GpuInventory((), "none"), ports=PortAllocator(bucket=worker_index))
     yield made
     made.close()
@@ -36,8 +39,10 @@ def backend(tmp_path, worker_index, monkeypatch):
 @pytest.fixture
 def cell(tmp_path):
     (tmp_path / "pids").mkdir()
-    return make_cell(matrix={"env": [{"STUB_PID_DIR": str(tmp_path / "pids")}]},
-                     serving={"platform": "cpu", "ready_timeout_s": 30})
+    return make_cell(
+        matrix={"env": [{"STUB_PID_DIR": str(tmp_path / "pids")}]},
+        serving={"platform": "cpu", "ready_timeout_s": 30},
+    )
 
 
 def _servers(tmp_path) -> dict[int, int]:
@@ -46,13 +51,18 @@ def _servers(tmp_path) -> dict[int, int]:
 
 
 def _ask(url: str) -> str:
-    req = urllib.request.Request(url + "/v1/completions", data=b'{"prompt": "Q", "max_tokens": 4}',
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + "/v1/completions",
+        data=b'{"prompt": "Q", "max_tokens": 4}',
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=20) as resp:
         return json.loads(resp.read())["choices"][0]["text"]
 
 
-def test_same_prefill_key_keeps_the_prefiller_and_restarts_only_the_decoder(backend, cell, tmp_path):
+def test_same_prefill_key_keeps_the_prefiller_and_restarts_only_the_decoder(
+    backend, cell, tmp_path
+):
     with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key="k") as first:
         assert _ask(first.url).startswith("stub ")
     after_first = _servers(tmp_path)
@@ -112,6 +122,8 @@ def test_jobs_ending_together_leave_one_prefiller_held(backend, cell, tmp_path):
             pass
         assert _ask(outer.url).startswith("stub ")
     still_up = [pid for pid in _servers(tmp_path).values() if alive(pid)]
-    assert len(still_up) == 1 and still_up[0] in outer_servers, "only the last job's prefiller is held; none leaked"
+    assert len(still_up) == 1 and still_up[0] in outer_servers, (
+        "only the last job's prefiller is held; none leaked"
+    )
     backend.close()
     assert wait_gone(recorded_pids(tmp_path / "pids")) == []

@@ -16,16 +16,32 @@ CLEAN = "fake-p1x1-d1x1-async-fixes-on"
 
 
 def _pytest(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_each_cell_is_an_item_and_a_failure_shows_the_verdict_reason(sweep_file, servers, tmp_path):
     """A clean cell against a broken PD fails with REGRESSION's reason; the run folder has its verdicts and summary."""
     base, _, bad = servers
     out = tmp_path / "results"
-    proc = _pytest(tmp_path, "--pdcheck-sweep", str(sweep_file), "--pdcheck-only", CLEAN, "--pdcheck-out", str(out),
-                   "--pdcheck-baseline-url", base.url, "--pdcheck-pd-url", bad.url)
+    proc = _pytest(
+        tmp_path,
+        "--pdcheck-sweep",
+        str(sweep_file),
+        "--pdcheck-only",
+        CLEAN,
+        "--pdcheck-out",
+        str(out),
+        "--pdcheck-baseline-url",
+        base.url,
+        "--pdcheck-pd-url",
+        bad.url,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1 failed" in proc.stdout
     assert "c1: REGRESSION (fail): PD lost accuracy" in proc.stdout
@@ -37,8 +53,19 @@ def test_passing_cell_passes_and_collects_only_sweep_items(sweep_file, servers, 
     """With --pdcheck-sweep the session's items are the cells; a matching PD passes."""
     base, good, _ = servers
     (tmp_path / "test_other.py").write_text("def test_other():\n    assert False\n")
-    proc = _pytest(tmp_path, "--pdcheck-sweep", str(sweep_file), "--pdcheck-only", CLEAN,
-                   "--pdcheck-out", str(tmp_path / "r"), "--pdcheck-baseline-url", base.url, "--pdcheck-pd-url", good.url)
+    proc = _pytest(
+        tmp_path,
+        "--pdcheck-sweep",
+        str(sweep_file),
+        "--pdcheck-only",
+        CLEAN,
+        "--pdcheck-out",
+        str(tmp_path / "r"),
+        "--pdcheck-baseline-url",
+        base.url,
+        "--pdcheck-pd-url",
+        good.url,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed, 1 deselected" in proc.stdout
 
@@ -56,15 +83,16 @@ def test_leases_are_disjoint_and_wait_for_free_gpus(tmp_path):
     got = []
     with leases.lease(2, holder="a") as a, leases.lease(2, holder="b") as b:
         assert set(a).isdisjoint(b) and len(a + b) == 4
-        waiter = threading.Thread(target=lambda: got.append(leases.lease(3, holder="c").__enter__()))
+        waiter = threading.Thread(
+            target=lambda: got.append(leases.lease(3, holder="c").__enter__())
+        )
         waiter.start()
         waiter.join(0.2)
         assert got == [], "must wait while only 0 GPUs are free"
     waiter.join(5)
     assert len(got[0]) == 3
-    with pytest.raises(GpuInventoryError):
-        with leases.lease(5, holder="d"):
-            pass
+    with pytest.raises(GpuInventoryError), leases.lease(5, holder="d"):
+        pass
 
 
 def test_cpu_lease_is_one_at_a_time(tmp_path):

@@ -17,29 +17,50 @@ from pdcheck.sweep.run import default_sweep_file
 def _fake_python(tmp_path, *, code: int, result: dict | None):
     """A stand-in interpreter: writes `result` to the --json path and exits with `code`."""
     script = tmp_path / "python"
-    script.write_text(textwrap.dedent(f"""\
+    script.write_text(
+        textwrap.dedent(f"""\
         #!/bin/sh
         while [ "$1" != "--json" ]; do shift; done
         {"echo '" + json.dumps(result) + "' > $2" if result is not None else "echo 'vllm: not importable' >&2"}
         exit {code}
-        """))
+        """)
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return str(script)
 
 
 def test_race_argv_passes_the_sweep_race_settings():
     """The subprocess gets seeds, requests, every variant and a --json path."""
-    argv = race_argv(RaceSettings(seeds=3, requests=50, variants=("hybrid",)), python="py", json_path="/x.json")
-    assert argv == ["py", "-m", "pdcheck", "race", "--seeds", "3", "--requests", "50", "--variant", "hybrid",
-                    "--json", "/x.json"]
+    argv = race_argv(
+        RaceSettings(seeds=3, requests=50, variants=("hybrid",)), python="py", json_path="/x.json"
+    )
+    assert argv == [
+        "py",
+        "-m",
+        "pdcheck",
+        "race",
+        "--seeds",
+        "3",
+        "--requests",
+        "50",
+        "--variant",
+        "hybrid",
+        "--json",
+        "/x.json",
+    ]
 
 
 @pytest.mark.parametrize(("code", "status"), [(0, "pass"), (1, "fail"), (2, "infra")])
 def test_race_exit_code_is_the_status_and_json_is_kept(tmp_path, code, status):
     """0 clean → pass, 1 findings → fail (with the variants that found something), 2 → infra with the log tail."""
-    result = {"variants": [{"variant": "hybrid", "seeds": 4, "seeds_with_findings": 2}]} if code < 2 else None
-    summary = run_race_subprocess(RaceSettings(), python=_fake_python(tmp_path, code=code, result=result),
-                                  out_dir=tmp_path)
+    result = (
+        {"variants": [{"variant": "hybrid", "seeds": 4, "seeds_with_findings": 2}]}
+        if code < 2
+        else None
+    )
+    summary = run_race_subprocess(
+        RaceSettings(), python=_fake_python(tmp_path, code=code, result=result), out_dir=tmp_path
+    )
     assert summary["status"] == status and summary["exit_code"] == code
     if code == 1:
         assert "hybrid: 2/4 seeds" in summary["reason"]
@@ -54,7 +75,9 @@ def test_race_findings_fail_the_sweep_through_the_summary(tmp_path):
     from pdcheck.sweep.store import Provenance, RunStore
     from pdcheck.sweep.summary import summarize
 
-    store = RunStore.create(tmp_path / "r", provenance=Provenance(), sweep={"name": "s"}, environment={})
+    store = RunStore.create(
+        tmp_path / "r", provenance=Provenance(), sweep={"name": "s"}, environment={}
+    )
     store.write_race_summary({"status": "fail", "reason": "findings in hybrid", "result": None})
     run = load_run(store.root)
     assert summarize(run)["exit_code"] == 1
@@ -78,10 +101,14 @@ def test_dry_run_plans_a_gpu_sweep_for_gpus_this_machine_lacks(tmp_path, capsys,
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     out = tmp_path / "never"
-    assert main(["sweep", "pr", "--dry-run", "--gpus", "4", "--no-check-argv", "--out", str(out)]) == 0
+    assert (
+        main(["sweep", "pr", "--dry-run", "--gpus", "4", "--no-check-argv", "--out", str(out)]) == 0
+    )
     text = capsys.readouterr().out
     assert "4 cells" in text and "(gpu)" in text and "CUDA_VISIBLE_DEVICES=2 " in text
-    assert main(["sweep", "pr", "--dry-run", "--no-check-argv", "--out", str(out)]) == 3, "0 GPUs cannot fit pr"
+    assert main(["sweep", "pr", "--dry-run", "--no-check-argv", "--out", str(out)]) == 3, (
+        "0 GPUs cannot fit pr"
+    )
     assert main(["sweep", "pr", "--gpus", "4", "--out", str(out)]) == 3
     assert not out.exists()
 
@@ -93,7 +120,9 @@ def test_an_empty_shard_is_a_clean_empty_run(sweep_file, tmp_path):
 
     cells = expand_cells(load_sweep(sweep_file))
     empty = next(i for i in range(1, 9) if not shard_cells(cells, (i, 8)))
-    assert main(["sweep", str(sweep_file), "--shard", f"{empty}/8", "--out", str(tmp_path / "r")]) == 0
+    assert (
+        main(["sweep", str(sweep_file), "--shard", f"{empty}/8", "--out", str(tmp_path / "r")]) == 0
+    )
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["cells"] == [] and summary["exit_code"] == 0
 
@@ -104,13 +133,29 @@ def test_default_sweep_is_gpu_with_gpus_else_cpu_smoke():
     assert default_sweep_file(has_gpus=False) == "cpu-smoke"
 
 
-def test_dry_run_and_validate_say_per_level_whether_a_canary_is_expected(sweep_file, tmp_path, capsys, monkeypatch):
+def test_dry_run_and_validate_say_per_level_whether_a_canary_is_expected(
+    sweep_file, tmp_path, capsys, monkeypatch
+):
     """A race arm with async on: c1 a control that must PASS, c4 expected to flag; validate agrees."""
     from pdcheck.cli._common import console
 
     monkeypatch.setattr(console, "width", 200)  # the table, unwrapped
-    sweep_file.write_text(sweep_file.read_text().replace("arms: [fixes-on, inject-zero]", "arms: [fixes-off]"))
-    assert main(["sweep", str(sweep_file), "--dry-run", "--no-check-argv", "--out", str(tmp_path / "never")]) == 0
+    sweep_file.write_text(
+        sweep_file.read_text().replace("arms: [fixes-on, inject-zero]", "arms: [fixes-off]")
+    )
+    assert (
+        main(
+            [
+                "sweep",
+                str(sweep_file),
+                "--dry-run",
+                "--no-check-argv",
+                "--out",
+                str(tmp_path / "never"),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "# c1: must PASS (control: at concurrency 1" in text
     assert "# c4: expected to flag (async scheduling on" in text

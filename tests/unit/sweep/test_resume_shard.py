@@ -26,17 +26,41 @@ def _question_ids(server):
     return [i for i in ids if not i.endswith("preflight")]
 
 
-def test_kill_9_mid_unit_then_resume_loses_nothing_and_duplicates_nothing(sweep_file, gold_by_question, tmp_path):
+def test_kill_9_mid_unit_then_resume_loses_nothing_and_duplicates_nothing(
+    sweep_file, gold_by_question, tmp_path
+):
     """A sweep killed mid-PD-unit resumes: finished units are not re-asked, each record appears once, verdicts as usual."""
     out = tmp_path / "r"
-    with (FakeOpenAIServer(answering(gold_by_question), delay_s=0.05) as base,
-          FakeOpenAIServer(answering(gold_by_question), delay_s=0.05) as pd):
-        argv = [sys.executable, "-m", "pdcheck", "sweep", str(sweep_file), "--out", str(out), "--only", CLEAN,
-                "--baseline-url", base.url, "--pd-url", pd.url]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    with (
+        FakeOpenAIServer(answering(gold_by_question), delay_s=0.05) as base,
+        FakeOpenAIServer(answering(gold_by_question), delay_s=0.05) as pd,
+    ):
+        argv = [
+            sys.executable,
+            "-m",
+            "pdcheck",
+            "sweep",
+            str(sweep_file),
+            "--out",
+            str(out),
+            "--only",
+            CLEAN,
+            "--baseline-url",
+            base.url,
+            "--pd-url",
+            pd.url,
+        ]
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         try:
-            assert wait_until(lambda: len(_lines(next(iter(out.glob("cells/*/pd/c1/r0/records.jsonl")), out / "x"))) >= 3,
-                              timeout_s=60), "the sweep never reached the PD unit"
+            assert wait_until(
+                lambda: (
+                    len(_lines(next(iter(out.glob("cells/*/pd/c1/r0/records.jsonl")), out / "x")))
+                    >= 3
+                ),
+                timeout_s=60,
+            ), "the sweep never reached the PD unit"
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -47,12 +71,20 @@ def test_kill_9_mid_unit_then_resume_loses_nothing_and_duplicates_nothing(sweep_
         assert (cell_dir / "baseline/c4/r0/summary.json").is_file()
         asked_before = Counter(_question_ids(base))
 
-        assert main(["sweep", "--resume", str(out), "--baseline-url", base.url, "--pd-url", pd.url]) == 0
+        assert (
+            main(["sweep", "--resume", str(out), "--baseline-url", base.url, "--pd-url", pd.url])
+            == 0
+        )
 
-        assert Counter(_question_ids(base)) == asked_before, "finished baseline units must not be asked again"
+        assert Counter(_question_ids(base)) == asked_before, (
+            "finished baseline units must not be asked again"
+        )
         # Questions recorded before the kill are not asked again (only those in flight may be).
         asked_pd = Counter(_question_ids(pd))
-        recorded_first = {f"pd-c1-r0-{cell_dir.name.rsplit('--', 1)[1]}-q{json.loads(line)['index']:05d}" for line in before}
+        recorded_first = {
+            f"pd-c1-r0-{cell_dir.name.rsplit('--', 1)[1]}-q{json.loads(line)['index']:05d}"
+            for line in before
+        }
         assert {rid: asked_pd[rid] for rid in recorded_first} == dict.fromkeys(recorded_first, 1)
     run = load_run(out)
     for unit in run.cells[0].units:
@@ -78,8 +110,25 @@ def test_shard_then_merge_equals_the_whole(sweep_file, servers, tmp_path):
         for cell in shard:
             pd_url = bad.url if cell.arm.canary else good.url
             folder = tmp_path / f"shard{i}-{cell.arm.name}"
-            assert main(["sweep", str(sweep_file), "--out", str(folder), "--shard", f"{i}/3", "--only", cell.name,
-                         "--baseline-url", base.url, "--pd-url", pd_url]) == 0
+            assert (
+                main(
+                    [
+                        "sweep",
+                        str(sweep_file),
+                        "--out",
+                        str(folder),
+                        "--shard",
+                        f"{i}/3",
+                        "--only",
+                        cell.name,
+                        "--baseline-url",
+                        base.url,
+                        "--pd-url",
+                        pd_url,
+                    ]
+                )
+                == 0
+            )
             folders.append(str(folder))
     assert main(["merge", *folders, "--out", str(tmp_path / "merged")]) == 0
     merged = load_run(tmp_path / "merged")

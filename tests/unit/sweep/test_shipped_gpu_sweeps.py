@@ -10,7 +10,6 @@ from pdcheck.config.load import SWEEPS_DIR
 from pdcheck.serving.gpus import read_inventory
 from pdcheck.serving.plan import plan_topology
 from pdcheck.serving.ports import PortAllocator
-
 from tests.fakes.nvidia_smi import fake_nvidia_smi
 
 SWEEPS = sorted(p.name for p in SWEEPS_DIR.glob("*.yaml"))
@@ -19,8 +18,16 @@ SWEEPS = sorted(p.name for p in SWEEPS_DIR.glob("*.yaml"))
 def _plans(name, tmp_path):
     inventory = read_inventory(env={}, nvidia_smi=fake_nvidia_smi(tmp_path, 8))
     for cell in expand_cells(load_sweep(str(SWEEPS_DIR / name))):
-        yield cell, plan_topology(cell, inventory=inventory, ports=PortAllocator(bucket=7), run_dir=tmp_path / cell.dirname,
-                                  cpu_count=2)
+        yield (
+            cell,
+            plan_topology(
+                cell,
+                inventory=inventory,
+                ports=PortAllocator(bucket=7),
+                run_dir=tmp_path / cell.dirname,
+                cpu_count=2,
+            ),
+        )
 
 
 @pytest.mark.parametrize("name", SWEEPS)
@@ -28,12 +35,22 @@ def test_shipped_sweep_servers_carry_the_gpu_path_flags(name, tmp_path):
     for cell, plan in _plans(name, tmp_path):
         for server in plan.servers:
             argv = server.argv
-            assert ("--async-scheduling" in argv) == cell.async_scheduling != ("--no-async-scheduling" in argv), server.name
+            assert (
+                ("--async-scheduling" in argv)
+                == cell.async_scheduling
+                != ("--no-async-scheduling" in argv)
+            ), server.name
             if cell.model.kind == "hybrid":
-                assert server.env["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS", f"{cell.name} {server.name}"
+                assert server.env["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS", (
+                    f"{cell.name} {server.name}"
+                )
             if cell.arm.inject is not None and server.role == "decode":
-                assert "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
-            assert "VLLM_PLUGINS" not in server.env  # every installed plugin loads, pdcheck's included
+                assert (
+                    "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
+                )
+            assert (
+                "VLLM_PLUGINS" not in server.env
+            )  # every installed plugin loads, pdcheck's included
         if plan.platform == "gpu":
             assert all(s.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" for s in plan.servers)
 
@@ -51,4 +68,6 @@ def test_shipped_race_canaries_are_expected_only_where_the_race_can_fire(name):
         if not cell.arm.disable_fixes:
             continue
         for c in cell.concurrency:
-            assert level_expectation(cell, c).flag == (cell.async_scheduling and c >= 2), f"{cell.name} c{c}"
+            assert level_expectation(cell, c).flag == (cell.async_scheduling and c >= 2), (
+                f"{cell.name} c{c}"
+            )

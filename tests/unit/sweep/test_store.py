@@ -17,25 +17,42 @@ PROV = Provenance(vllm_version="0.32.0", vllm_commit="abc123", dataset_sha256="d
 
 
 def _record(i: int, correct: bool = True) -> QuestionRecord:
-    return QuestionRecord(index=i, prompt_sha256="p", gold="1", ok=True, answer="1", correct=correct)
+    return QuestionRecord(
+        index=i, prompt_sha256="p", gold="1", ok=True, answer="1", correct=correct
+    )
 
 
 def _store(tmp_path):
-    return RunStore.create(tmp_path / "run", provenance=PROV, sweep={"name": "s", "file": "s.yaml", "sha256": "x"},
-                           environment={"cpu_count": 2})
+    return RunStore.create(
+        tmp_path / "run",
+        provenance=PROV,
+        sweep={"name": "s", "file": "s.yaml", "sha256": "x"},
+        environment={"cpu_count": 2},
+    )
 
 
 def _fill_cell(store, dirname="m-p1x1-d1x1-async-fixes-on--deadbeef", canary=False, verdict="PASS"):
     cell = store.cell(dirname)
-    cell.write_cell(resolved={"concurrency": [1]}, name=dirname.split("--")[0], cell_id=dirname.split("--")[1],
-                    baseline_key="bk", servers={"pd": ["vllm", "serve"]}, canary=canary)
+    cell.write_cell(
+        resolved={"concurrency": [1]},
+        name=dirname.split("--")[0],
+        cell_id=dirname.split("--")[1],
+        baseline_key="bk",
+        servers={"pd": ["vllm", "serve"]},
+        canary=canary,
+    )
     for side in ("baseline", "pd"):
         for i in range(3):
             append_record(cell.records_path(side, 1, 0), _record(i))
         cell.write_unit_summary(side, 1, 0, {"n": 3, "accuracy": 1.0})
     cell.write_kv(1, 0, {"received_tokens": 42})
     outcome = judge(verdict, "why", canary=canary)
-    cell.write_verdict(1, comparison={"n": 3}, verdict={"verdict": verdict, "reason": "why"}, outcome=outcome.to_dict())
+    cell.write_verdict(
+        1,
+        comparison={"n": 3},
+        verdict={"verdict": verdict, "reason": "why"},
+        outcome=outcome.to_dict(),
+    )
     return cell
 
 
@@ -63,7 +80,9 @@ def test_reader_round_trips_units_kv_verdicts(tmp_path):
     cell = run.cells[0]
     assert cell.id == "deadbeef" and cell.name == "m-p1x1-d1x1-async-fixes-on"
     assert [(u.side, u.concurrency, u.repeat, u.done) for u in cell.units] == [
-        ("baseline", 1, 0, True), ("pd", 1, 0, True)]
+        ("baseline", 1, 0, True),
+        ("pd", 1, 0, True),
+    ]
     assert [r.index for r in cell.unit("pd", 1, 0).records()] == [0, 1, 2]
     assert cell.kv[(1, 0)] == {"received_tokens": 42}
     assert cell.verdicts[1].name == "PASS" and cell.verdicts[1].status == "pass"
@@ -102,10 +121,18 @@ def test_resumed_run_keeps_started_and_logs_resume(tmp_path):
 
 @pytest.mark.parametrize(
     ("verdict", "canary", "status"),
-    [("PASS", False, "pass"), ("REGRESSION", False, "fail"), ("SUSPECT", False, "fail"),
-     ("INCONCLUSIVE", False, "inconclusive"), ("INFRA-ERROR", False, "infra"),
-     ("REGRESSION", True, "pass"), ("SUSPECT", True, "pass"), ("PASS", True, "fail"),
-     ("INCONCLUSIVE", True, "fail"), ("INFRA-ERROR", True, "infra")],
+    [
+        ("PASS", False, "pass"),
+        ("REGRESSION", False, "fail"),
+        ("SUSPECT", False, "fail"),
+        ("INCONCLUSIVE", False, "inconclusive"),
+        ("INFRA-ERROR", False, "infra"),
+        ("REGRESSION", True, "pass"),
+        ("SUSPECT", True, "pass"),
+        ("PASS", True, "fail"),
+        ("INCONCLUSIVE", True, "fail"),
+        ("INFRA-ERROR", True, "infra"),
+    ],
 )
 def test_canary_logic(verdict, canary, status):
     """A flagged canary passes; a canary that is not flagged fails; infra stays infra."""
@@ -118,8 +145,14 @@ def test_summary_and_junit_carry_verdict_reasons(tmp_path):
     _fill_cell(store)
     _fill_cell(store, "m-p1x1-d1x1-async-inject-zero--22222222", canary=True, verdict="PASS")
     broken = store.cell("m-broken--33333333")
-    broken.write_cell(resolved={"concurrency": [1, 8]}, name="m-broken", cell_id="33333333",
-                      baseline_key="bk", servers={}, canary=False)
+    broken.write_cell(
+        resolved={"concurrency": [1, 8]},
+        name="m-broken",
+        cell_id="33333333",
+        baseline_key="bk",
+        servers={},
+        canary=False,
+    )
     broken.write_failure(RuntimeError("prefill exited with code 1"), phase="starting servers")
     run = load_run(store.root)
     summary = summarize(run)
@@ -135,7 +168,7 @@ def test_summary_and_junit_carry_verdict_reasons(tmp_path):
 
 def test_load_run_rejects_a_folder_without_run_json(tmp_path):
     """Reading something that is not a run folder fails with a clear message, not an empty result."""
-    with pytest.raises(FileNotFoundError, match="no run.json"):
+    with pytest.raises(FileNotFoundError, match=r"no run.json"):
         load_run(tmp_path)
 
 
@@ -148,4 +181,7 @@ def test_torn_record_line_is_cut_before_a_resumed_unit_appends(tmp_path):
         f.write('{"index": 1, "prom')
     path = cell.records_path("pd", 1, 0)
     append_record(path, _record(1))
-    assert [r.index for r in load_run(tmp_path / "run").cells[0].unit("pd", 1, 0).records()] == [0, 1]
+    assert [r.index for r in load_run(tmp_path / "run").cells[0].unit("pd", 1, 0).records()] == [
+        0,
+        1,
+    ]

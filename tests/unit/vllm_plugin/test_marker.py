@@ -18,12 +18,18 @@ from pdcheck.vllm_plugin.marker import (
 
 def test_activation_marker_has_the_contract_fields(tmp_path):
     """`activation-<pid>.json` carries pid, process name, vLLM version, switches, fixes present."""
-    path = write_activation_marker(tmp_path / "new", vllm_version="0.32.0", switches=["inject=stale-kv:0.5:seed=1"],
-                                   fixes_present={"block-reuse": True, "zeroing": False})
+    path = write_activation_marker(
+        tmp_path / "new",
+        vllm_version="0.32.0",
+        switches=["inject=stale-kv:0.5:seed=1"],
+        fixes_present={"block-reuse": True, "zeroing": False},
+    )
     assert path.name == f"activation-{os.getpid()}.json"
     marker = json.loads(path.read_text())
     assert marker["pid"] == os.getpid() and marker["process_name"] == "MainProcess"
-    assert marker["vllm_version"] == "0.32.0" and marker["switches"] == ["inject=stale-kv:0.5:seed=1"]
+    assert marker["vllm_version"] == "0.32.0" and marker["switches"] == [
+        "inject=stale-kv:0.5:seed=1"
+    ]
     assert marker["fixes_present"] == {"block-reuse": True, "zeroing": False}
     assert marker["schema_version"] == 1
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left behind
@@ -45,12 +51,24 @@ def test_the_marker_records_what_its_process_did(tmp_path):
 def test_serving_reads_the_event_names_the_plugin_writes():
     from pdcheck.serving import topology
 
-    assert (topology.SCHEDULER_BUILT, topology.KV_LOAD_HOOK_WITH_KV_CACHES) == (SCHEDULER_BUILT, KV_LOAD_HOOK_WITH_KV_CACHES)
+    assert (topology.SCHEDULER_BUILT, topology.KV_LOAD_HOOK_WITH_KV_CACHES) == (
+        SCHEDULER_BUILT,
+        KV_LOAD_HOOK_WITH_KV_CACHES,
+    )
 
 
 def _record(i: int) -> InjectionRecord:
-    return InjectionRecord(x_request_id=f"pd-q{i:05d}", request_id=f"cmpl-pd-q{i:05d}-0-abcdef01", kind="zero-loaded-kv",
-                           fraction=0.5, seed=1, blocks=[[i, i + 1] * 50], pid=os.getpid(), tp_rank=0, t=1.0)
+    return InjectionRecord(
+        x_request_id=f"pd-q{i:05d}",
+        request_id=f"cmpl-pd-q{i:05d}-0-abcdef01",
+        kind="zero-loaded-kv",
+        fraction=0.5,
+        seed=1,
+        blocks=[[i, i + 1] * 50],
+        pid=os.getpid(),
+        tp_rank=0,
+        t=1.0,
+    )
 
 
 def _append_many(plugin_dir, start):
@@ -71,6 +89,18 @@ def test_concurrent_appends_never_interleave(tmp_path):
     lines = (tmp_path / "injections.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert len(records) == 800
-    assert {r["x_request_id"] for r in records} == {f"pd-q{k * 1000 + i:05d}" for k in range(4) for i in range(200)}
-    assert set(records[0]) == {"schema_version", "x_request_id", "request_id", "kind", "fraction", "seed", "blocks",
-                               "pid", "tp_rank", "t"}
+    assert {r["x_request_id"] for r in records} == {
+        f"pd-q{k * 1000 + i:05d}" for k in range(4) for i in range(200)
+    }
+    assert set(records[0]) == {
+        "schema_version",
+        "x_request_id",
+        "request_id",
+        "kind",
+        "fraction",
+        "seed",
+        "blocks",
+        "pid",
+        "tp_rank",
+        "t",
+    }

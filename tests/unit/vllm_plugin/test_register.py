@@ -20,14 +20,24 @@ print(repr((outcome, heavy)))
 
 
 def _probe(env: dict[str, str]) -> tuple[str, list[str]]:
-    base = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("PDCHECK_", "VLLM_"))}
-    out = subprocess.run([sys.executable, "-c", _PROBE], env={**base, **env}, capture_output=True, text=True, check=True)
-    return eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr
+    base = {
+        k: v for k, v in __import__("os").environ.items() if not k.startswith(("PDCHECK_", "VLLM_"))
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return eval(out.stdout.strip().splitlines()[-1])
 
 
 def test_no_plugin_variable_is_a_fast_no_op(tmp_path):
     """Without plugin variables (other PDCHECK_* ones don't count) register() imports nothing heavy and writes nothing."""
-    outcome, heavy = _probe({"PDCHECK_CACHE_DIR": str(tmp_path), "PDCHECK_GSM8K_DIR": str(tmp_path)})
+    outcome, heavy = _probe(
+        {"PDCHECK_CACHE_DIR": str(tmp_path), "PDCHECK_GSM8K_DIR": str(tmp_path)}
+    )
     assert outcome == "ok" and heavy == []
     assert list(tmp_path.iterdir()) == []
 

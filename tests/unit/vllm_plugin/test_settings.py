@@ -13,25 +13,43 @@ from pdcheck.vllm_plugin.settings import InjectKind, InjectSpec, parse_settings
 def test_empty_environment_asks_for_nothing():
     """No plugin variable: every setting is off."""
     s = parse_settings({"PDCHECK_CACHE_DIR": "/x", "PATH": "/bin"})
-    assert (s.inject, s.nixl_pthr_delay_us, s.plugin_dir, s.disable_fixes, s.trace_dir) == (None,) * 5
+    assert (s.inject, s.nixl_pthr_delay_us, s.plugin_dir, s.disable_fixes, s.trace_dir) == (
+        None,
+    ) * 5
     assert (s.idle_backoff_ms, s.shm_spin_sleep_us) == (None, None)
 
 
 def test_full_contract_parses():
     """Every variable of the contract is read into its field."""
-    s = parse_settings({
-        "PDCHECK_INJECT": "stale-kv:0.25", "PDCHECK_INJECT_SEED": "7", "PDCHECK_PLUGIN_DIR": "/tmp/p",
-        "PDCHECK_NIXL_PTHR_DELAY_US": "1000", "PDCHECK_DISABLE_FIXES": "zeroing", "PDCHECK_TRACE_DIR": "/tmp/t",
-        "PDCHECK_IDLE_BACKOFF_MS": "16", "PDCHECK_SHM_SPIN_SLEEP_US": "50",
-    })
+    s = parse_settings(
+        {
+            "PDCHECK_INJECT": "stale-kv:0.25",
+            "PDCHECK_INJECT_SEED": "7",
+            "PDCHECK_PLUGIN_DIR": "/tmp/p",
+            "PDCHECK_NIXL_PTHR_DELAY_US": "1000",
+            "PDCHECK_DISABLE_FIXES": "zeroing",
+            "PDCHECK_TRACE_DIR": "/tmp/t",
+            "PDCHECK_IDLE_BACKOFF_MS": "16",
+            "PDCHECK_SHM_SPIN_SLEEP_US": "50",
+        }
+    )
     assert (s.idle_backoff_ms, s.shm_spin_sleep_us) == (16, 50)
     assert s.inject == InjectSpec(kind=InjectKind.STALE_KV, fraction=0.25, seed=7)
-    assert (s.plugin_dir, s.nixl_pthr_delay_us, s.disable_fixes, s.trace_dir) == (Path("/tmp/p"), 1000, "zeroing", "/tmp/t")
+    assert (s.plugin_dir, s.nixl_pthr_delay_us, s.disable_fixes, s.trace_dir) == (
+        Path("/tmp/p"),
+        1000,
+        "zeroing",
+        "/tmp/t",
+    )
 
 
 def test_seed_defaults_to_zero_and_bounds_are_inclusive():
     """Fractions 0 and 1 are allowed; a missing seed is 0 (recorded in every injection line)."""
-    for raw, fraction in (("zero-loaded-kv:0", 0.0), ("zero-loaded-kv:1", 1.0), (" zero-loaded-kv:0.5 ", 0.5)):
+    for raw, fraction in (
+        ("zero-loaded-kv:0", 0.0),
+        ("zero-loaded-kv:1", 1.0),
+        (" zero-loaded-kv:0.5 ", 0.5),
+    ):
         s = parse_settings({"PDCHECK_INJECT": raw, "PDCHECK_PLUGIN_DIR": "/tmp/p"})
         assert s.inject == InjectSpec(kind=InjectKind.ZERO_LOADED_KV, fraction=fraction, seed=0)
 
@@ -46,8 +64,17 @@ def test_unknown_kind_names_allowed_kinds_and_range():
     assert info.value.exit_code == ExitCode.CONFIG
 
 
-@pytest.mark.parametrize("raw", ["zero-loaded-kv:1.5", "zero-loaded-kv:-0.1", "zero-loaded-kv:nan",
-                                 "zero-loaded-kv:half", "zero-loaded-kv", "stale-kv:"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "zero-loaded-kv:1.5",
+        "zero-loaded-kv:-0.1",
+        "zero-loaded-kv:nan",
+        "zero-loaded-kv:half",
+        "zero-loaded-kv",
+        "stale-kv:",
+    ],
+)
 def test_bad_fraction_is_refused(raw):
     """A fraction that is missing, not a number, NaN or outside [0, 1] is an error, never clamped."""
     with pytest.raises(ConfigError, match=r"PDCHECK_INJECT=.*\[0, 1\]"):
@@ -57,7 +84,13 @@ def test_bad_fraction_is_refused(raw):
 def test_bad_seed_is_refused():
     """The seed must be an integer: it decides which questions are corrupted."""
     with pytest.raises(ConfigError, match="PDCHECK_INJECT_SEED"):
-        parse_settings({"PDCHECK_INJECT": "stale-kv:0.5", "PDCHECK_INJECT_SEED": "seven", "PDCHECK_PLUGIN_DIR": "/p"})
+        parse_settings(
+            {
+                "PDCHECK_INJECT": "stale-kv:0.5",
+                "PDCHECK_INJECT_SEED": "seven",
+                "PDCHECK_PLUGIN_DIR": "/p",
+            }
+        )
 
 
 def test_injection_needs_a_plugin_dir():
@@ -73,13 +106,16 @@ def test_bad_nixl_delay_is_refused(raw):
         parse_settings({"PDCHECK_NIXL_PTHR_DELAY_US": raw})
 
 
-@pytest.mark.parametrize(("name", "raw", "allowed"), [
-    ("PDCHECK_IDLE_BACKOFF_MS", "0", r"\[1, 1000\]"),
-    ("PDCHECK_IDLE_BACKOFF_MS", "2.5", r"\[1, 1000\]"),
-    ("PDCHECK_IDLE_BACKOFF_MS", "1001", r"\[1, 1000\]"),
-    ("PDCHECK_SHM_SPIN_SLEEP_US", "0", r"microseconds in \[1, 10000\]"),
-    ("PDCHECK_SHM_SPIN_SLEEP_US", "never", r"microseconds in \[1, 10000\]"),
-])
+@pytest.mark.parametrize(
+    ("name", "raw", "allowed"),
+    [
+        ("PDCHECK_IDLE_BACKOFF_MS", "0", r"\[1, 1000\]"),
+        ("PDCHECK_IDLE_BACKOFF_MS", "2.5", r"\[1, 1000\]"),
+        ("PDCHECK_IDLE_BACKOFF_MS", "1001", r"\[1, 1000\]"),
+        ("PDCHECK_SHM_SPIN_SLEEP_US", "0", r"microseconds in \[1, 10000\]"),
+        ("PDCHECK_SHM_SPIN_SLEEP_US", "never", r"microseconds in \[1, 10000\]"),
+    ],
+)
 def test_bad_idle_waits_are_refused(name, raw, allowed):
     """The idle back-off (whole ms) and the spin sleep (whole µs) out of range or not numbers: the message names the range."""
     with pytest.raises(ConfigError, match=f"{name}.*{allowed}"):

@@ -22,8 +22,8 @@ def _step(i: int) -> TraceStep:
     return TraceStep(
         fence_seq=i,
         new_rows=[(f"new-{i}", 0, 17, ((1, 2), (3,)), "new")],
-        counts={f"new-{i}": 17, f"c-é\"{i}": 1, "r": 4},
-        cached_ids=[f"c-é\"{i}", "r"],
+        counts={f"new-{i}": 17, f'c-é"{i}': 1, "r": 4},
+        cached_ids=[f'c-é"{i}', "r"],
         cached_starts=[40, 8],
         cached_blocks=[None, ((5,), ())],
         resumed=frozenset({"r"}),
@@ -36,8 +36,17 @@ def _step(i: int) -> TraceStep:
 
 def _expected_step(i: int, t: float) -> dict:
     """The step event as the synchronous recorder built it: lists, sorted id lists, empty lists left out."""
-    event = {"e": "step", "i": i, "fence": i, "t": t,
-             "reqs": [[f"new-{i}", 0, 17, [[1, 2], [3]], "new"], [f"c-é\"{i}", 40, 1, None, "cached"], ["r", 8, 4, [[5], []], "resumed"]]}
+    event = {
+        "e": "step",
+        "i": i,
+        "fence": i,
+        "t": t,
+        "reqs": [
+            [f"new-{i}", 0, 17, [[1, 2], [3]], "new"],
+            [f'c-é"{i}', 40, 1, None, "cached"],
+            ["r", 8, 4, [[5], []], "resumed"],
+        ],
+    }
     if i % 2:
         event["zero"] = [9, 8]
     if i % 3 == 0:
@@ -57,13 +66,19 @@ def _lines(directory) -> list[str]:
 
 def test_lines_are_the_queued_events_in_hook_order(tmp_path, monkeypatch):
     """Queued records become one JSON line per event, in the order the hooks were called, sets sorted."""
-    monkeypatch.setattr(trace_recorder, "_FLUSH_INTERVAL_S", 60.0)  # nothing drained before close: the queue's times are readable
+    monkeypatch.setattr(
+        trace_recorder, "_FLUSH_INTERVAL_S", 60.0
+    )  # nothing drained before close: the queue's times are readable
     rec = TraceRecorder(str(tmp_path))
     expected = []
     for i in range(1, 31):
         rec.on_step(_step(i))
         expected.append(_expected_step(i, rec._queue[-1][2]))
-        ok, failed, invalid = (frozenset({"q2", "q1"}), frozenset({"q3"}), frozenset({7, 3})) if i % 6 == 0 else (frozenset(),) * 3
+        ok, failed, invalid = (
+            (frozenset({"q2", "q1"}), frozenset({"q3"}), frozenset({7, 3}))
+            if i % 6 == 0
+            else (frozenset(),) * 3
+        )
         rec.on_processed(18 + i, ok, failed, invalid)
         done = {"e": "done", "i": i, "t": rec._queue[-1][2], "n": 18 + i}
         if i % 6 == 0:
@@ -71,12 +86,24 @@ def test_lines_are_the_queued_events_in_hook_order(tmp_path, monkeypatch):
         expected.append(done)
         if i % 7 == 0:
             rec.on_free(FreeRecord(f"new-{i}", bool(i % 2), i))
-            expected.append({"e": "free", "rid": f"new-{i}", "deferred": bool(i % 2), "fence": i, "t": rec._queue[-1][1]})
+            expected.append(
+                {
+                    "e": "free",
+                    "rid": f"new-{i}",
+                    "deferred": bool(i % 2),
+                    "fence": i,
+                    "t": rec._queue[-1][1],
+                }
+            )
     rec.close()
     lines = _lines(tmp_path)
     assert all(line.endswith("\n") for line in lines)
     assert [json.loads(line) for line in lines] == expected, "pdcheck trace check reads these lines"
-    assert [e["e"] for tf in read_trace_dir(str(tmp_path)) for e in tf.events][:3] == ["step", "done", "step"]
+    assert [e["e"] for tf in read_trace_dir(str(tmp_path)) for e in tf.events][:3] == [
+        "step",
+        "done",
+        "step",
+    ]
 
 
 def test_hooks_only_queue_and_the_writer_flushes_within_a_second(tmp_path, monkeypatch):
@@ -96,16 +123,22 @@ def test_hooks_only_queue_and_the_writer_flushes_within_a_second(tmp_path, monke
         rec.on_processed(1, frozenset(), frozenset(), frozenset())
     try:
         deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline and (not os.listdir(tmp_path) or len(_lines(tmp_path)) < 600):
+        while time.monotonic() < deadline and (
+            not os.listdir(tmp_path) or len(_lines(tmp_path)) < 600
+        ):
             time.sleep(0.02)
-        assert len(_lines(tmp_path)) == 600, "a killed server must lose at most about a second of events"
+        assert len(_lines(tmp_path)) == 600, (
+            "a killed server must lose at most about a second of events"
+        )
         assert set(writes) == {"pdcheck-trace-writer"}, writes
     finally:
         rec.close()
     assert len(_lines(tmp_path)) == 600
 
 
-def test_close_drains_everything_and_lines_stay_in_order_under_a_concurrent_writer(tmp_path, monkeypatch):
+def test_close_drains_everything_and_lines_stay_in_order_under_a_concurrent_writer(
+    tmp_path, monkeypatch
+):
     """Events queued while the writer is draining are written after the ones before them; close leaves nothing queued."""
     monkeypatch.setattr(trace_recorder, "_FLUSH_INTERVAL_S", 0.001)
     monkeypatch.setattr(trace_recorder, "_CHUNK", 7)
@@ -145,8 +178,15 @@ def test_hook_records_are_copies_the_worker_cannot_change():
     output = SimpleNamespace(
         num_scheduled_tokens={"a": 5, "b": 1, "c": 2},
         scheduled_new_reqs=[SimpleNamespace(req_id="a", num_computed_tokens=0, block_ids=new_ids)],
-        scheduled_cached_reqs=SimpleNamespace(req_ids=["b", "c"], resumed_req_ids={"c"}, num_computed_tokens=[9, 4], new_block_ids=[None, resumed_ids]),
-        new_block_ids_to_zero=[4], finished_req_ids={"x"}, preempted_req_ids=None,
+        scheduled_cached_reqs=SimpleNamespace(
+            req_ids=["b", "c"],
+            resumed_req_ids={"c"},
+            num_computed_tokens=[9, 4],
+            new_block_ids=[None, resumed_ids],
+        ),
+        new_block_ids_to_zero=[4],
+        finished_req_ids={"x"},
+        preempted_req_ids=None,
     )
     step = trace_step(SimpleNamespace(sched_step_seq=3), output, ())
     new_ids[0].append(99)
@@ -154,5 +194,14 @@ def test_hook_records_are_copies_the_worker_cannot_change():
     output.new_block_ids_to_zero.append(5)
     output.num_scheduled_tokens["b"] = 0
     output.scheduled_cached_reqs.req_ids.append("d")
-    assert step.rows() == [("a", 0, 5, ((1, 2), (3,)), "new"), ("b", 9, 1, None, "cached"), ("c", 4, 2, ((7,),), "resumed")]
-    assert (step.fence_seq, step.zero_block_ids, step.finished_ids, step.preempted_ids) == (3, (4,), ("x",), ())
+    assert step.rows() == [
+        ("a", 0, 5, ((1, 2), (3,)), "new"),
+        ("b", 9, 1, None, "cached"),
+        ("c", 4, 2, ((7,),), "resumed"),
+    ]
+    assert (step.fence_seq, step.zero_block_ids, step.finished_ids, step.preempted_ids) == (
+        3,
+        (4,),
+        ("x",),
+        (),
+    )
