@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.config import Cell
 
@@ -34,7 +33,7 @@ __all__ = ["HARNESS_FAMILIES", "RULES", "ArmObservation", "Attribution", "attrib
 
 
 @dataclass(frozen=True)
-class ArmObservation(Serializable):
+class ArmObservation:
     """One arm of a sweep (a cell) as attribution sees it."""
 
     cell: str
@@ -89,7 +88,7 @@ class ArmObservation(Serializable):
 
 
 @dataclass(frozen=True)
-class Attribution(Serializable):
+class Attribution:
     """A named likely race, the rule that named it, and the observations behind it."""
 
     race: str

@@ -8,8 +8,7 @@ of being scored as wrong, as vLLM's and lm-eval's scripts do.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from pdcheck.evals.records import QuestionRecord
 
@@ -38,14 +37,9 @@ class EvalSummary:
     offset: int
     concurrency: int
     model: str | None = None
+    # The run's stop rule ended it before every question was asked (`arun_eval(should_stop=...)`).
+    stopped: bool = False
     schema_version: int = SUMMARY_SCHEMA_VERSION
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EvalSummary:
-        return cls(**data)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -72,6 +66,7 @@ def summarize(
     offset: int,
     concurrency: int,
     model: str | None = None,
+    stopped: bool = False,
 ) -> EvalSummary:
     """Summarize `records`; speed comes from `timed` (the records this session sent) over `wall_s`."""
     timed = records if timed is None else timed
@@ -99,4 +94,5 @@ def summarize(
         offset=offset,
         concurrency=concurrency,
         model=model,
+        stopped=stopped,
     )
