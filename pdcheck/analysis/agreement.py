@@ -71,7 +71,7 @@ class Agreement:
         return self.n_tie + self.n_corruption > 0
 
 
-def _sequence(record: QuestionRecord) -> tuple[Sequence, str]:
+def _sequence(record: QuestionRecord) -> tuple[Sequence[int] | Sequence[str] | str, str]:
     if record.token_ids is not None:
         return record.token_ids, "tokens"
     if record.logprobs is not None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
 from pdcheck.analysis.paired import PairedComparison
@@ -102,16 +103,24 @@ class CellVerdict:
     kv_transferred_tokens: int | None = None
 
 
-def regression_mask(worse, better, n, *, alpha: float, margin_pts: float):
+def regression_mask(
+    worse: npt.ArrayLike,
+    better: npt.ArrayLike,
+    n: npt.ArrayLike,
+    *,
+    alpha: float,
+    margin_pts: float,
+) -> npt.NDArray[np.bool_]:
     """REGRESSION rule on counts (element-wise on arrays): significant AND drop beyond the margin.
 
     The simulation tests call this same function on thousands of simulated cells at once.
     """
-    worse = np.asarray(worse)
-    better = np.asarray(better)
-    n = np.asarray(n)
-    drop_pts = 100.0 * (worse - better) / np.maximum(n, 1)
-    return (mcnemar_worse_p(worse, better) < alpha) & (drop_pts > margin_pts) & (n > 0)
+    w, b, count = np.asarray(worse), np.asarray(better), np.asarray(n)
+    drop_pts = 100.0 * (w - b) / np.maximum(count, 1)
+    mask: npt.NDArray[np.bool_] = (
+        (mcnemar_worse_p(w, b) < alpha) & (drop_pts > margin_pts) & (count > 0)
+    )
+    return mask
 
 
 def noise_floor_pts(baseline_std: float | None, *, alpha: float) -> float:
@@ -123,7 +132,10 @@ def noise_floor_pts(baseline_std: float | None, *, alpha: float) -> float:
 
 # Above max_error_rate failed requests on either side, the run measures the servers, not the model.
 def _infra_reason(
-    comparison: PairedComparison, infra_error, kv_transferred_tokens, max_error_rate
+    comparison: PairedComparison,
+    infra_error: str | None,
+    kv_transferred_tokens: int | None,
+    max_error_rate: float,
 ) -> str | None:
     if infra_error:
         return f"servers failed: {infra_error}"
@@ -187,8 +199,8 @@ def decide(
             f"PD lost accuracy: {delta}, McNemar p={c.p_value:.2g} < {policy.alpha:g}, "
             f"drop > margin {effective:.2f} pts (n={c.n_pairs})",
         )
-    if suspect_p is not None and suspect_p < policy.alpha:
-        ct = c.control
+    ct = c.control
+    if ct is not None and suspect_p is not None and suspect_p < policy.alpha:
         return verdict(
             Verdict.SUSPECT,
             f"{ct.pd_count}/{ct.pd_pairs} {ct.basis} divergences vs {ct.control_count}/{ct.control_pairs} "

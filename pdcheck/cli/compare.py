@@ -45,7 +45,7 @@ def _tables(c: PairedComparison) -> list[Table]:
         ("baseline", c.baseline, c.jitter.baseline_mean, c.jitter.baseline_std),
         ("pd", c.pd, c.jitter.pd_mean, c.jitter.pd_std),
     ):
-        runs = "-" if std is None else f"{100 * mean:.2f} ± {100 * std:.2f}"
+        runs = "-" if mean is None or std is None else f"{100 * mean:.2f} ± {100 * std:.2f}"
         sides.add_row(
             name,
             str(s.n_records),

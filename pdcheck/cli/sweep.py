@@ -170,9 +170,9 @@ def sweep(
     if dry_run:
         from pdcheck.sweep.dryrun import dry_run as plan_dry_run
 
-        result = plan_dry_run(prepare(request), check_argv=check_argv, gpus=gpus)
-        console.print(result.text, markup=False, highlight=False, soft_wrap=True)
-        raise click.exceptions.Exit(int(ExitCode.CONFIG if result.problems else ExitCode.OK))
+        planned = plan_dry_run(prepare(request), check_argv=check_argv, gpus=gpus)
+        console.print(planned.text, markup=False, highlight=False, soft_wrap=True)
+        raise click.exceptions.Exit(int(ExitCode.CONFIG if planned.problems else ExitCode.OK))
     with LiveDisplay() as display:
         result = run_sweep(request, on_event=display.update, render_report=_render_report())
     print_summary(result.summary, result.root)

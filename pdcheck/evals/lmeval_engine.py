@@ -21,6 +21,7 @@ import logging
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import aiohttp
@@ -153,7 +154,7 @@ def samples_to_records(samples: list[dict[str, Any]], *, offset: int = 0) -> lis
 
 
 def _write_task(
-    folder: Path, task: TaskData, indices: range, *, settings: EvalSettings, yaml
+    folder: Path, task: TaskData, indices: range, *, settings: EvalSettings, yaml: ModuleType
 ) -> None:
     """The selected test questions, the train split, and a task config from lm-eval's own gsm8k.yaml."""
     test_file, train_file = folder / "test.jsonl", folder / "train.jsonl"

@@ -115,7 +115,13 @@ class RecordWriter:
     which bounds what a power loss can take. A torn last line is skipped by `read_records`.
     """
 
-    def __init__(self, path: str | Path, *, fsync_interval_s: float = 1.0, now=time.monotonic):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        fsync_interval_s: float = 1.0,
+        now: Callable[[], float] = time.monotonic,
+    ):
         self.path = Path(path)
         self.fsync_interval_s = fsync_interval_s
         self._now = now

@@ -168,6 +168,9 @@ async def arun_eval(
                 sink = _RecordSink(writer, record_of, on_record=on_record, should_stop=should_stop)
                 tasks = [asyncio.ensure_future(ask(i, sink)) for i in todo]
                 everything = asyncio.gather(*tasks)
+                # Cancelled by a stop, the gather ends with a CancelledError nobody awaits: mark it
+                # retrieved, or asyncio logs it as lost.
+                everything.add_done_callback(lambda f: f.cancelled() or f.exception())
                 stop = asyncio.ensure_future(sink.stop.wait())
                 try:
                     await asyncio.wait((everything, stop), return_when=asyncio.FIRST_COMPLETED)
@@ -177,7 +180,6 @@ async def arun_eval(
                     # On a stop, an error or Ctrl-C, end the questions still running before the
                     # file is closed, and write the ones that finished.
                     stop.cancel()
-                    everything.cancel()  # a pending gather cancels itself without an error to log
                     for t in tasks:
                         t.cancel()
                     await asyncio.gather(*tasks, return_exceptions=True)

@@ -91,7 +91,7 @@ def _dataset_sha(run: RunResults) -> str | None:
 
 
 def _arm_fixes(run: RunResults) -> dict[str, tuple[str, ...]]:
-    arms = {}
+    arms: dict[str, tuple[str, ...]] = {}
     for cell in run.cells:
         if cell.spec is not None and cell.spec.arm.disable_fixes:
             arms[cell.spec.arm.name] = tuple(cell.spec.arm.disable_fixes)
@@ -177,7 +177,7 @@ def render_markdown(
         ),
         "## Results",
     ]
-    if comparison is not None:
+    if comparison is not None and against is not None:
         head.append(_against_note(against, comparison))
     race_full, race_compact = race_sections(run)
     methodology = methodology_section(

@@ -111,7 +111,7 @@ def build_rows(run: RunResults) -> list[ResultRow]:
         for concurrency, outcome in cell_outcomes(cell):
             entry = cell.verdicts.get(concurrency)
             # Accuracy from the unit summaries when no comparison was stored (an infra failure).
-            numbers = {
+            numbers: dict[str, Any] = {
                 "baseline_accuracy": _side_accuracy(cell, "baseline", concurrency),
                 "pd_accuracy": _side_accuracy(cell, "pd", concurrency),
                 "kv_tokens": kv_tokens(cell.kv, concurrency),

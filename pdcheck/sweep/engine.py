@@ -234,7 +234,7 @@ class Engine:
         (an earlier shard of work: another pytest item, or a cell selected in an earlier run)."""
         fingerprint = _fingerprint(cs.provenance)
         for donor in donors(self.store.root, job.cell.baseline_key(), exclude=cs.dirname):
-            if _fingerprint(donor.provenance) != fingerprint:
+            if donor.provenance is None or _fingerprint(donor.provenance) != fingerprint:
                 continue
             source = self.store.cell(donor.dirname, donor.provenance)
             for unit in job.units:

@@ -21,7 +21,7 @@ from pdcheck.sweep.engine import Engine
 from pdcheck.sweep.finish import RenderReport, finish_run
 from pdcheck.sweep.leases import GpuLeases
 from pdcheck.sweep.schema import Selection, SweepInfo
-from pdcheck.sweep.store import Provenance, RunStore, create_run, load_cell, open_run
+from pdcheck.sweep.store import RunStore, create_run, load_cell, open_run
 from pdcheck.sweep.summary import cell_outcomes
 
 
@@ -99,18 +99,15 @@ def open_store(config) -> RunStore:
         store = open_run(root)
         if store is not None:
             return store
-        from pdcheck.serving.environment import collect_environment
+        from pdcheck.sweep.run import run_environment
 
         attached = config.getoption("pdcheck_baseline_url") is not None
-        environment = {"attached": True} if attached else collect_environment()
-        vllm = environment.get("vllm", {})
+        environment, provenance = run_environment(attached=attached)
         path = Path(config.getoption("pdcheck_sweep"))
         spec = load_sweep(path)
         return create_run(
             root,
-            provenance=Provenance(
-                vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit")
-            ),
+            provenance=provenance,
             environment=environment,
             sweep=SweepInfo(
                 name=spec.name,

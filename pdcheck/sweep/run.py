@@ -6,12 +6,14 @@ checked here before anything starts or is written.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pdcheck.config import (
     Cell,
@@ -21,6 +23,7 @@ from pdcheck.config import (
     resolve_sweep_path,
     select_cells,
 )
+from pdcheck.config.schema import RaceSettings
 from pdcheck.errors import ConfigError
 from pdcheck.sweep.backends import AttachBackend, Backend
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
@@ -136,6 +139,22 @@ def make_backend(request: SweepRequest, prepared: PreparedSweep) -> Backend:
     return ServingBackend.for_cells(prepared.cells, run_dir=prepared.out)
 
 
+def run_environment(*, attached: bool) -> tuple[dict[str, Any], Provenance]:
+    """run.json's environment and the provenance every file is stamped with.
+
+    Attached servers were not started by pdcheck, so their vLLM is not known here.
+    """
+    if attached:
+        return {"attached": True}, Provenance()
+    from pdcheck.serving.environment import collect_environment
+
+    environment = collect_environment()
+    vllm = environment["vllm"]
+    return environment, Provenance(
+        vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit")
+    )
+
+
 def run_sweep(
     request: SweepRequest,
     *,
@@ -146,13 +165,7 @@ def run_sweep(
     """Run (or resume) a sweep; writes junit.xml, report.md (with `render_report`) and summary.json last."""
     prepared = prepare(request)
     backend = backend or make_backend(request, prepared)
-    from pdcheck.serving.environment import collect_environment
-
-    environment = collect_environment() if request.attach is None else {"attached": True}
-    vllm = environment.get("vllm", {})
-    provenance = Provenance(
-        vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit")
-    )
+    environment, provenance = run_environment(attached=request.attach is not None)
     shard = request.shard
     store = create_run(
         prepared.out,
@@ -171,24 +184,21 @@ def run_sweep(
         prepared.cells, store=store, backend=backend, options=request.options, on_event=on_event
     )
     # The harness runs once per sweep: in an unsharded run or in shard 1.
-    run_race = (
-        prepared.spec.race is not None
-        and request.attach is None
-        and (shard is None or shard[0] == 1)
-    )
+    race = prepared.spec.race
+    run_race = race is not None and request.attach is None and (shard is None or shard[0] == 1)
     return engine.run(
-        before_finish=(lambda: _race(prepared, store, engine)) if run_race else None,
+        before_finish=functools.partial(_race, race, store, engine) if race and run_race else None,
         render_report=render_report,
     )
 
 
-def _race(prepared: PreparedSweep, store: RunStore, engine: Engine) -> None:
+def _race(settings: RaceSettings, store: RunStore, engine: Engine) -> None:
     from pdcheck.sweep.race import run_race_subprocess
 
     if store.root.joinpath("race", "summary.json").is_file():
         return  # resumed run: the harness already ran
     engine.progress.phase = "race harness"
     engine.progress.emit("phase", "race harness")
-    race = run_race_subprocess(prepared.spec.race, python=sys.executable, out_dir=store.race_dir)
+    race = run_race_subprocess(settings, python=sys.executable, out_dir=store.race_dir)
     store.write_race_summary(race)
     engine.progress.emit("race", f"race harness: {race.status} ({race.reason})")
