@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.evals.records import QuestionRecord
 
 __all__ = ["Agreement", "Divergence", "first_divergence", "measure_agreement"]
@@ -36,7 +35,7 @@ POSITION_BUCKETS = (0, 1, 4, 16, 64, 256)
 
 
 @dataclass(frozen=True)
-class Divergence(Serializable):
+class Divergence:
     """Where one question's two completions first differ, and how sure the baseline was there."""
 
     index: int
@@ -46,7 +45,7 @@ class Divergence(Serializable):
 
 
 @dataclass(frozen=True)
-class Agreement(Serializable):
+class Agreement:
     """Token-for-token agreement over the pairs answered on both sides."""
 
     n_pairs: int
@@ -72,7 +71,7 @@ class Agreement(Serializable):
         return self.n_tie + self.n_corruption > 0
 
 
-def _sequence(record: QuestionRecord) -> tuple[Sequence, str]:
+def _sequence(record: QuestionRecord) -> tuple[Sequence[int] | Sequence[str] | str, str]:
     if record.token_ids is not None:
         return record.token_ids, "tokens"
     if record.logprobs is not None:

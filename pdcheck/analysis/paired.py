@@ -22,7 +22,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.analysis.agreement import Agreement, measure_agreement
 from pdcheck.analysis.power import Power, summarize_power
 from pdcheck.analysis.stats import fisher_greater_p, mcnemar_worse_p, tango_interval
@@ -42,7 +41,7 @@ Records = Sequence[QuestionRecord]
 
 
 @dataclass(frozen=True)
-class SideStats(Serializable):
+class SideStats:
     """One side's own numbers; accuracy and invalid rate are over its successful records."""
 
     n_records: int
@@ -57,7 +56,7 @@ class SideStats(Serializable):
 
 
 @dataclass(frozen=True)
-class Jitter(Serializable):
+class Jitter:
     """Accuracy over repeated runs of one configuration: vLLM's 5-run table, per side."""
 
     baseline_runs: tuple[float, ...]
@@ -85,7 +84,7 @@ class Jitter(Serializable):
 
 
 @dataclass(frozen=True)
-class ControlTest(Serializable):
+class ControlTest:
     """PD's suspect divergences against a control's, one-sided Fisher exact test."""
 
     source: str  # "control" (given) or "baseline-repeat"
@@ -107,7 +106,7 @@ class ControlTest(Serializable):
 
 
 @dataclass(frozen=True)
-class Compatibility(Serializable):
+class Compatibility:
     """vLLM's own gate, |PD accuracy − expected| < rtol: information only, never the verdict."""
 
     expected_accuracy: float
@@ -117,7 +116,7 @@ class Compatibility(Serializable):
 
 
 @dataclass(frozen=True)
-class PairedComparison(Serializable):
+class PairedComparison:
     """Everything the paired analysis found for one PD run against its baseline."""
 
     alpha: float

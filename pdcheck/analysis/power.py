@@ -23,8 +23,6 @@ from dataclasses import dataclass
 
 from scipy import optimize, stats
 
-from pdcheck.analysis._serial import Serializable
-
 __all__ = ["Power", "minimum_detectable_effect", "n_needed", "power_at", "summarize_power"]
 
 DEFAULT_POWER = 0.8
@@ -67,7 +65,7 @@ def n_needed(drop: float, *, discordance: float, alpha: float, power: float = DE
 
 
 @dataclass(frozen=True)
-class Power(Serializable):
+class Power:
     """What this run could detect: the MDE at its n, and the n the margin needs."""
 
     n_pairs: int

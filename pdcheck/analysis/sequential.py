@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.evals.records import QuestionRecord
 
@@ -47,7 +46,7 @@ def log_mixture_ratio(worse, discordant):
 
 
 @dataclass(frozen=True)
-class EarlyStop(Serializable):
+class EarlyStop:
     """The decision to stop a cell early, with where and why."""
 
     verdict: Verdict

@@ -23,19 +23,36 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.power import summarize_power
 from pdcheck.analysis.stats import mcnemar_worse_p
 from pdcheck.config import AnalysisPolicy
 from pdcheck.errors import ExitCode
 
-__all__ = ["CanaryStatus", "CellVerdict", "Verdict", "canary_status", "decide", "regression_mask"]
+_Key = TypeVar("_Key", bound=str)
+
+__all__ = [
+    "CanaryStatus",
+    "CellVerdict",
+    "Outcome",
+    "Status",
+    "Verdict",
+    "canary_status",
+    "count",
+    "decide",
+    "judge",
+    "regression_mask",
+    "run_exit_code",
+]
 
 
 class Verdict(enum.StrEnum):
@@ -61,37 +78,49 @@ class Verdict(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class CellVerdict(Serializable):
-    """One cell's verdict at one concurrency, with a one-line reason and the numbers behind it."""
+class CellVerdict:
+    """One cell's verdict at one concurrency, with a one-line reason and the numbers behind it.
+
+    The numbers are None for a level that was not judged from a comparison (its units failed,
+    or an early stop carried a lower level's verdict to it).
+    """
 
     verdict: Verdict
     reason: str
-    n_pairs: int
-    delta_pts: float | None
-    ci_low_pts: float | None
-    ci_high_pts: float | None
-    p_value: float
-    alpha: float
-    margin_pts: float
-    effective_margin_pts: float
-    mde_pts: float
-    n_needed: int | None
-    baseline_errors: int
-    pd_errors: int
-    suspect_p_value: float | None
-    kv_transferred_tokens: int | None
+    n_pairs: int | None = None
+    delta_pts: float | None = None
+    ci_low_pts: float | None = None
+    ci_high_pts: float | None = None
+    p_value: float | None = None
+    alpha: float | None = None
+    margin_pts: float | None = None
+    effective_margin_pts: float | None = None
+    mde_pts: float | None = None
+    n_needed: int | None = None
+    baseline_errors: int | None = None
+    pd_errors: int | None = None
+    suspect_p_value: float | None = None
+    kv_transferred_tokens: int | None = None
 
 
-def regression_mask(worse, better, n, *, alpha: float, margin_pts: float):
+def regression_mask(
+    worse: npt.ArrayLike,
+    better: npt.ArrayLike,
+    n: npt.ArrayLike,
+    *,
+    alpha: float,
+    margin_pts: float,
+) -> npt.NDArray[np.bool_]:
     """REGRESSION rule on counts (element-wise on arrays): significant AND drop beyond the margin.
 
     The simulation tests call this same function on thousands of simulated cells at once.
     """
-    worse = np.asarray(worse)
-    better = np.asarray(better)
-    n = np.asarray(n)
-    drop_pts = 100.0 * (worse - better) / np.maximum(n, 1)
-    return (mcnemar_worse_p(worse, better) < alpha) & (drop_pts > margin_pts) & (n > 0)
+    w, b, count = np.asarray(worse), np.asarray(better), np.asarray(n)
+    drop_pts = 100.0 * (w - b) / np.maximum(count, 1)
+    mask: npt.NDArray[np.bool_] = (
+        (mcnemar_worse_p(w, b) < alpha) & (drop_pts > margin_pts) & (count > 0)
+    )
+    return mask
 
 
 def noise_floor_pts(baseline_std: float | None, *, alpha: float) -> float:
@@ -103,7 +132,10 @@ def noise_floor_pts(baseline_std: float | None, *, alpha: float) -> float:
 
 # Above max_error_rate failed requests on either side, the run measures the servers, not the model.
 def _infra_reason(
-    comparison: PairedComparison, infra_error, kv_transferred_tokens, max_error_rate
+    comparison: PairedComparison,
+    infra_error: str | None,
+    kv_transferred_tokens: int | None,
+    max_error_rate: float,
 ) -> str | None:
     if infra_error:
         return f"servers failed: {infra_error}"
@@ -167,8 +199,8 @@ def decide(
             f"PD lost accuracy: {delta}, McNemar p={c.p_value:.2g} < {policy.alpha:g}, "
             f"drop > margin {effective:.2f} pts (n={c.n_pairs})",
         )
-    if suspect_p is not None and suspect_p < policy.alpha:
-        ct = c.control
+    ct = c.control
+    if ct is not None and suspect_p is not None and suspect_p < policy.alpha:
         return verdict(
             Verdict.SUSPECT,
             f"{ct.pd_count}/{ct.pd_pairs} {ct.basis} divergences vs {ct.control_count}/{ct.control_pairs} "
@@ -195,11 +227,68 @@ class CanaryStatus(enum.StrEnum):
 def canary_status(verdict: Verdict) -> CanaryStatus:
     """A canary arm (fixes off, injected faults) exists to be flagged; anything else is a detection failure.
 
-    INCONCLUSIVE counts as FAILED, as in `pdcheck.sweep.outcomes`: a canary too small to be seen
-    proves the suite cannot see the race at this n.
+    INCONCLUSIVE counts as FAILED: a canary too small to be seen proves the suite cannot see the
+    race at this n.
     """
     if verdict.flagged:
         return CanaryStatus.OK
     if verdict is Verdict.INFRA_ERROR:
         return CanaryStatus.UNKNOWN
     return CanaryStatus.FAILED
+
+
+class Status(enum.StrEnum):
+    """What a verdict means for a cell once the canary logic has run: drives junit and the exit code."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    INFRA = "infra"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A verdict judged against what the arm expects (see `judge`)."""
+
+    status: Status
+    verdict: Verdict
+    canary: bool
+    reason: str
+
+
+def judge(verdict: Verdict, reason: str, *, canary: bool) -> Outcome:
+    """The canary logic: for a canary arm (injected faults, fixes off) a flag is the expected result.
+
+    A canary that comes out PASS or INCONCLUSIVE is a failure: the suite lost its detection power.
+    """
+    if verdict is Verdict.INFRA_ERROR:
+        return Outcome(Status.INFRA, verdict, canary, reason)
+    if canary:
+        if canary_status(verdict) is CanaryStatus.OK:
+            return Outcome(Status.PASS, verdict, canary, f"canary flagged as expected: {reason}")
+        return Outcome(
+            Status.FAIL,
+            verdict,
+            canary,
+            f"canary NOT flagged ({verdict}): the suite lost its detection power; {reason}",
+        )
+    if verdict.flagged:
+        return Outcome(Status.FAIL, verdict, canary, reason)
+    if verdict is Verdict.INCONCLUSIVE:
+        return Outcome(Status.INCONCLUSIVE, verdict, canary, reason)
+    return Outcome(Status.PASS, verdict, canary, reason)
+
+
+def run_exit_code(statuses: Iterable[Status]) -> ExitCode:
+    """A run's exit code: 1 beats 2, since a real failure is the more important news; 2 when only infra went wrong."""
+    seen = set(statuses)
+    if Status.FAIL in seen:
+        return ExitCode.FAILED
+    if Status.INFRA in seen:
+        return ExitCode.INFRA
+    return ExitCode.OK
+
+
+def count(values: Iterable[_Key]) -> dict[_Key, int]:
+    """How often each status or verdict occurs, keys sorted (as summary.json lists them)."""
+    return dict(sorted(Counter(values).items()))

@@ -13,6 +13,7 @@ from typing import Any
 from pdcheck import __version__
 from pdcheck.report.details import DivergentQuestion, LogTail
 from pdcheck.report.rows import ResultRow
+from pdcheck.sweep.schema import RunSummary
 
 __all__ = [
     "COMPACT_COLUMNS",
@@ -66,9 +67,9 @@ def p_value(value: float | None) -> str:
     return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
-def overall_line(summary: dict[str, Any], rows: Sequence[ResultRow]) -> str:
+def overall_line(summary: RunSummary, rows: Sequence[ResultRow]) -> str:
     """One line: the overall result and how many (cell, concurrency) results of each kind."""
-    word = _OVERALL.get(summary.get("exit_code", 2), "INFRA-ERROR")
+    word = _OVERALL.get(summary.exit_code, "INFRA-ERROR")
     statuses = {s: sum(r.status == s for r in rows) for s in STATUS_MARK}
     parts = [f"{STATUS_MARK[s]} {n} {s}" for s, n in statuses.items() if n]
     verdicts: dict[str, int] = {}
@@ -78,9 +79,8 @@ def overall_line(summary: dict[str, Any], rows: Sequence[ResultRow]) -> str:
     text += (
         " (" + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + ")" if verdicts else ""
     )
-    race = summary.get("race")
-    if race is not None:
-        text += f" · race harness: {race.get('status', '?')}"
+    if summary.race is not None:
+        text += f" · race harness: {summary.race.status}"
     return text
 
 

@@ -2,22 +2,27 @@
 
 Reads the baseline and PD records of that level, pairs them with `compare_paired`, turns the
 comparison into a `CellVerdict` with `decide` (which also turns "no KV transferred" into
-INFRA-ERROR), applies the canary logic, and writes verdicts/c<N>.json.
+INFRA-ERROR), applies the canary logic (`judge`), and writes verdicts/c<N>.json.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Mapping
 
+from pdcheck.analysis.injection import InjectionPrecision
+from pdcheck.analysis.paired import PairedComparison
+from pdcheck.analysis.verdict import CellVerdict, Outcome, Verdict, judge
 from pdcheck.config import Cell, level_expectation
-from pdcheck.sweep.outcomes import INFRA_ERROR, Outcome, judge
-from pdcheck.sweep.plan import Unit
+from pdcheck.evals.records import QuestionRecord
+from pdcheck.sweep.plan import SIDES, Unit
+from pdcheck.sweep.schema import KvEvidence
 from pdcheck.sweep.store import CellStore, load_cell
 
 
 def level_ready(cell: Cell, cs: CellStore, concurrency: int) -> bool:
     """Every unit of the level is done or failed: a verdict can be given now."""
-    for side in ("baseline", "pd"):
+    for side in SIDES:
         for r in range(cell.eval.repeats):
             unit = cs.dir / side / f"c{concurrency}" / f"r{r}"
             if not ((unit / "summary.json").is_file() or (unit / "failure.json").is_file()):
@@ -34,13 +39,11 @@ def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
     if failed:
         first = failed[0]
         why = (
-            f"{first.failure.error_type} in {first.side} c{concurrency}: {first.failure.message.splitlines()[0]}"
+            f"{first.failure.error_type} in {first.side} c{concurrency}: {first.failure.first_line}"
             if first.failure
             else f"{first.side} c{concurrency} did not finish"
         )
-        return _record(
-            cell, cs, concurrency, comparison=None, verdict={"verdict": INFRA_ERROR, "reason": why}
-        )
+        return _record(cell, cs, concurrency, CellVerdict(Verdict.INFRA_ERROR, why))
     pd = {u.repeat: u.records() for u in units if u.side == "pd"}
     asked = {r.index for r in pd[0]}
     # An early-stopped PD unit answered fewer questions: pair the baseline over those only.
@@ -49,14 +52,7 @@ def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
         for u in units
         if u.side == "baseline"
     }
-    stop = next(
-        (
-            u.summary.get("early_stop")
-            for u in units
-            if u.side == "pd" and u.summary.get("early_stop")
-        ),
-        None,
-    )
+    stop = next((u.early_stop for u in units if u.side == "pd" and u.early_stop), None)
     policy = cell.analysis
     comparison = compare_paired(
         baseline[0],
@@ -71,45 +67,52 @@ def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
     )
     verdict = decide(
         comparison, policy=policy, kv_transferred_tokens=kv_tokens(result.kv, concurrency)
-    ).to_dict()
-    if stop is not None and verdict["verdict"] != INFRA_ERROR:
+    )
+    if stop is not None and verdict.verdict is not Verdict.INFRA_ERROR:
         # The sequential test's call is valid at any stopping time; the fixed-n power rule is not.
-        verdict |= {"verdict": stop["verdict"], "reason": f"early stop: {stop['reason']}"}
+        verdict = dataclasses.replace(
+            verdict, verdict=stop.verdict, reason=f"early stop: {stop.reason}"
+        )
     injection = None
     if cell.arm.inject is not None:
         injection = _injection_precision(
             comparison,
-            result.kv.get((concurrency, 0), {}),
+            result.kv.get((concurrency, 0)),
+            pd[0],
             run_tag=Unit(cell.id, "pd", concurrency, 0).run_tag,
         )
-    return _record(
-        cell, cs, concurrency, comparison=comparison.to_dict(), verdict=verdict, injection=injection
-    )
+    return _record(cell, cs, concurrency, verdict, comparison=comparison, injection=injection)
 
 
 def _injection_precision(
-    comparison, evidence: dict[str, Any], *, run_tag: str
-) -> dict[str, Any] | None:
+    comparison: PairedComparison,
+    evidence: KvEvidence | None,
+    pd: list[QuestionRecord],
+    *,
+    run_tag: str,
+) -> InjectionPrecision | None:
     """Which injected questions the agreement check flagged (corruption-grade divergences)."""
-    from pdcheck.analysis import injection_precision
+    from pdcheck.analysis import divergence_precision
 
-    if "injections" not in evidence:
+    if evidence is None or evidence.injections is None:
         return None  # attach mode or no plugin folder: no log to compare against
-    divergences = comparison.agreement.divergences
-    graded = any(d.margin_nats is not None for d in divergences)
-    flagged = [d.index for d in divergences if not graded or d.grade == "corruption"]
-    return injection_precision(evidence["injections"], flagged, run_tag=run_tag).to_dict()
-
-
-def skip_level(cell: Cell, cs: CellStore, concurrency: int, *, reason: str) -> Outcome:
-    """A level not run because an earlier one was flagged (early stop): it carries that verdict."""
-    verdict = reason.rsplit(" was ", 1)[-1]
-    return _record(
-        cell, cs, concurrency, comparison=None, verdict={"verdict": verdict, "reason": reason}
+    return divergence_precision(
+        evidence.injections,
+        comparison.agreement,
+        run_tag=run_tag,
+        questions=[r.index for r in pd],
     )
 
 
-def judge_expected(cell: Cell, concurrency: int, verdict: str, reason: str) -> Outcome:
+def carry_level(
+    cell: Cell, cs: CellStore, concurrency: int, *, flagged: Outcome, at: int
+) -> Outcome:
+    """A level not run because level `at` was flagged (early stop): it carries that verdict."""
+    reason = f"early stop: c{at} was {flagged.verdict}"
+    return _record(cell, cs, concurrency, CellVerdict(flagged.verdict, reason), carried_from=at)
+
+
+def judge_expected(cell: Cell, concurrency: int, verdict: Verdict, reason: str) -> Outcome:
     """The canary logic at one level: a race arm's level where the race cannot fire is a control."""
     expected = level_expectation(cell, concurrency)
     if cell.arm.canary:
@@ -117,16 +120,14 @@ def judge_expected(cell: Cell, concurrency: int, verdict: str, reason: str) -> O
     return judge(verdict, reason, canary=expected.flag)
 
 
-def kv_tokens(kv: dict[tuple[int, int], dict[str, Any]], concurrency: int) -> int | None:
+def kv_tokens(kv: Mapping[tuple[int, int], KvEvidence], concurrency: int) -> int | None:
     """KV tokens the decoders received over the level's PD units; None when no metrics were scraped."""
     total = None
-    for (c, _r), data in kv.items():
+    for (c, _r), evidence in kv.items():
         if c != concurrency:
             continue
-        for delta in data.get("decoders", []):
-            tokens = delta.get("external_kv_tokens")
-            if tokens is not None:
-                total = (total or 0) + int(tokens)
+        for delta in evidence.decoders:
+            total = (total or 0) + int(delta.external_kv_tokens)
     return total
 
 
@@ -134,17 +135,19 @@ def _record(
     cell: Cell,
     cs: CellStore,
     concurrency: int,
+    verdict: CellVerdict,
     *,
-    comparison: dict | None,
-    verdict: dict,
-    injection: dict | None = None,
+    comparison: PairedComparison | None = None,
+    injection: InjectionPrecision | None = None,
+    carried_from: int | None = None,
 ) -> Outcome:
-    outcome = judge_expected(cell, concurrency, verdict["verdict"], verdict.get("reason", ""))
+    outcome = judge_expected(cell, concurrency, verdict.verdict, verdict.reason)
     cs.write_verdict(
         concurrency,
-        comparison=comparison,
         verdict=verdict,
-        outcome=outcome.to_dict(),
+        outcome=outcome,
+        comparison=comparison,
         injection=injection,
+        carried_from=carried_from,
     )
     return outcome
