@@ -25,7 +25,7 @@ def _record(i: int, correct: bool = True) -> QuestionRecord:
     )
 
 
-def append_record(path, record: QuestionRecord) -> None:
+def write_record(path, record: QuestionRecord) -> None:
     with RecordWriter(path) as writer:
         writer.write(record)
 
@@ -53,7 +53,7 @@ def _fill_cell(
     )
     for side in ("baseline", "pd"):
         for i in range(3):
-            append_record(cell.records_path(side, 1, 0), _record(i))
+            write_record(cell.records_path(side, 1, 0), _record(i))
         cell.write_unit_summary(side, 1, 0, unit_summary([_record(i) for i in range(3)]))
     cell.write_kv(1, 0, KvEvidence(decoders=(KvTransferMetrics(external_kv_tokens=42.0),)))
     outcome = judge(verdict, "why", canary=canary)
@@ -97,7 +97,7 @@ def test_reader_round_trips_units_kv_verdicts(tmp_path):
 def test_unit_is_done_only_after_its_summary_and_failure_is_cleared(tmp_path):
     """Resume marker: records alone do not make a unit done; a later success clears failure.json."""
     cell = _store(tmp_path).cell("x--00000000")
-    append_record(cell.records_path("pd", 8, 0), _record(0))
+    write_record(cell.records_path("pd", 8, 0), _record(0))
     assert not cell.unit_done("pd", 8, 0)
     cell.write_unit_failure("pd", 8, 0, RuntimeError("server went away"))
     unit = load_run(tmp_path / "run").cells[0].unit("pd", 8, 0)
@@ -163,11 +163,11 @@ def test_torn_record_line_is_cut_before_a_resumed_unit_appends(tmp_path):
     """A kill mid-write leaves a partial line; the store trims it so resumed appends stay readable."""
     cell = _store(tmp_path).cell("x--00000000")
     path = cell.records_path("pd", 1, 0)
-    append_record(path, _record(0))
+    write_record(path, _record(0))
     with open(path, "a") as f:
         f.write('{"index": 1, "prom')
     path = cell.records_path("pd", 1, 0)
-    append_record(path, _record(1))
+    write_record(path, _record(1))
     assert [r.index for r in load_run(tmp_path / "run").cells[0].unit("pd", 1, 0).records()] == [
         0,
         1,
