@@ -57,35 +57,28 @@ def run_eval(
     should_stop: ShouldStop | None = None,
 ) -> EvalSummary:
     """Run the eval with the engine `settings.engine` names; the arguments are `arun_eval`'s."""
+    engine: Callable[..., EvalSummary] = _run_pdcheck
     if settings.engine == "lm-eval":
         from pdcheck.evals.lmeval_engine import run_lmeval
 
-        return run_lmeval(
-            url,
-            task,
-            settings=settings,
-            concurrency=concurrency,
-            out_path=out_path,
-            model=model,
-            run_tag=run_tag,
-            on_record=on_record,
-            should_stop=should_stop,
-        )
+        engine = run_lmeval
+    return engine(
+        url,
+        task,
+        settings=settings,
+        concurrency=concurrency,
+        out_path=out_path,
+        model=model,
+        run_tag=run_tag,
+        on_record=on_record,
+        should_stop=should_stop,
+    )
+
+
+def _run_pdcheck(url: str, task: TaskData, **arguments: Any) -> EvalSummary:
     # uvloop, as vLLM's own clients and pdcheck's proxy use: it takes ~30 µs of client CPU off
     # every question (benchmarks/bench_eval.py shows the floor on both loops).
-    return uvloop.run(
-        arun_eval(
-            url,
-            task,
-            settings=settings,
-            concurrency=concurrency,
-            out_path=out_path,
-            model=model,
-            run_tag=run_tag,
-            on_record=on_record,
-            should_stop=should_stop,
-        )
-    )
+    return uvloop.run(arun_eval(url, task, **arguments))
 
 
 async def arun_eval(

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pdcheck import __version__
+from pdcheck.analysis.verdict import Status
 from pdcheck.report.details import DivergentQuestion, LogTail
 from pdcheck.report.rows import ResultRow
 from pdcheck.sweep.schema import RunSummary
@@ -30,7 +31,12 @@ __all__ = [
     "table",
 ]
 
-STATUS_MARK = {"pass": "✅", "fail": "❌", "infra": "⚠️", "inconclusive": "❔"}
+STATUS_MARK = {
+    Status.PASS: "✅",
+    Status.FAIL: "❌",
+    Status.INFRA: "⚠️",
+    Status.INCONCLUSIVE: "❔",
+}
 _OVERALL = {0: "PASS", 1: "FAIL", 2: "INFRA-ERROR"}
 
 
@@ -147,13 +153,13 @@ def _config(row: ResultRow) -> str:
 
 
 def _verdict(row: ResultRow) -> str:
-    text = f"{STATUS_MARK.get(row.status, '')} **{row.verdict}**"
+    text = f"{STATUS_MARK[row.status]} **{row.verdict}**"
     if row.canary:
         text += (
             " (canary flagged)"
-            if row.status == "pass"
+            if row.status is Status.PASS
             else " (canary NOT flagged)"
-            if row.status == "fail"
+            if row.status is Status.FAIL
             else ""
         )
     return text

@@ -95,7 +95,7 @@ class Engine:
     def _provenance(self, cell: Cell) -> Provenance:
         prov = self.backend.provenance(cell)
         task = self._tasks.get(cell.eval.model_dump_json())
-        return msgspec.structs.replace(prov, dataset_sha256=task.sha256) if task else prov
+        return prov if task is None else msgspec.structs.replace(prov, dataset_sha256=task.sha256)
 
     def _task(self, cell: Cell) -> TaskData:
         from pdcheck.evals import load_task

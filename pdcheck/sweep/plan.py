@@ -65,10 +65,9 @@ class Job:
 
     @property
     def gpus_needed(self) -> int:
-        c = self.cell
-        if self.side == "baseline":
-            return c.decode_tp
-        return c.prefill_instances * c.prefill_tp + c.decode_instances * c.decode_tp
+        # `Cell.gpus_needed` is both topologies at once; the baseline runs at the decode TP.
+        baseline = self.cell.decode_tp
+        return baseline if self.side == "baseline" else self.cell.gpus_needed - baseline
 
     @property
     def label(self) -> str:

@@ -11,7 +11,7 @@ from tests.unit.analysis.builders import paired_sides, record, side
 
 
 def _write(path, records):
-    # One write, not append_record: its per-line fsync would cost seconds for 1,000 records.
+    # One write, not a RecordWriter per line: a fsync per line would cost seconds for 1,000 records.
     path.write_text("".join(r.to_json() + "\n" for r in records))
     return str(path)
 

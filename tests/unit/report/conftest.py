@@ -17,13 +17,13 @@ import pytest
 from pdcheck.analysis.verdict import Status
 from pdcheck.config import SweepSpec, expand_cells
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
-from pdcheck.evals.summary import summarize as summarize_eval
 from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.finish import finish_run
 from pdcheck.sweep.judging import judge_level
 from pdcheck.sweep.plan import Unit
 from pdcheck.sweep.schema import KvEvidence, RaceOutcome, SweepInfo
 from pdcheck.sweep.store import Provenance, create_run
+from tests.unit.sweep.builders import unit_summary
 
 ENVIRONMENT = {
     "pdcheck_version": "0.1.0",
@@ -177,18 +177,7 @@ def write_run(
                 if side == "pd" and c in plan.infra_at:
                     cs.write_unit_failure("pd", c, 0, RuntimeError("decoder exited with code 1"))
                     continue
-                summary = summarize_eval(
-                    records,
-                    wall_s=None,
-                    dataset_sha256="d" * 64,
-                    task="gsm8k",
-                    style="plain",
-                    engine="pdcheck",
-                    limit=None,
-                    offset=0,
-                    concurrency=c,
-                )
-                cs.write_unit_summary(side, c, 0, summary)
+                cs.write_unit_summary(side, c, 0, unit_summary(records, concurrency=c))
             evidence = KvEvidence(decoders=(KvTransferMetrics(external_kv_tokens=1000.0 * c),))
             if cell.arm.inject:
                 # What the plugin logs, one line per injected request: here the dropped questions.

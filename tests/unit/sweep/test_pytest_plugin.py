@@ -26,7 +26,8 @@ def _pytest(tmp_path, *args):
 
 
 def test_each_cell_is_an_item_and_a_failure_shows_the_verdict_reason(sweep_file, servers, tmp_path):
-    """A clean cell against a broken PD fails with REGRESSION's reason; the run folder has its verdicts and summary."""
+    """A clean cell against a broken PD fails with REGRESSION's reason; the run folder has its verdicts,
+    summary and report."""
     base, _, bad = servers
     out = tmp_path / "results"
     proc = _pytest(
@@ -47,6 +48,8 @@ def test_each_cell_is_an_item_and_a_failure_shows_the_verdict_reason(sweep_file,
     assert "c1: REGRESSION (fail): PD lost accuracy" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert [r["verdict"] for r in summary["cells"][0]["results"]] == ["REGRESSION", "REGRESSION"]
+    report = (out / "report.md").read_text()
+    assert "REGRESSION" in report and "PD lost accuracy" in report, "the session finishes the report"
 
 
 def test_passing_cell_passes_and_collects_only_sweep_items(sweep_file, servers, tmp_path):

@@ -9,12 +9,12 @@ import pytest
 
 from pdcheck.analysis.verdict import CellVerdict, Status, Verdict, judge
 from pdcheck.evals.records import QuestionRecord, RecordWriter
-from pdcheck.evals.summary import EvalSummary
 from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.junit import render_junit
 from pdcheck.sweep.schema import STORE_SCHEMA_VERSION, KvEvidence, SweepInfo
 from pdcheck.sweep.store import Provenance, create_run, load_run
 from pdcheck.sweep.summary import summarize
+from tests.unit.sweep.builders import unit_summary
 
 PROV = Provenance(vllm_version="0.32.0", vllm_commit="abc123", dataset_sha256="d" * 64)
 
@@ -25,31 +25,9 @@ def _record(i: int, correct: bool = True) -> QuestionRecord:
     )
 
 
-def append_record(path, record: QuestionRecord) -> None:
+def write_record(path, record: QuestionRecord) -> None:
     with RecordWriter(path) as writer:
         writer.write(record)
-
-
-def eval_summary(n: int, accuracy: float | None = 1.0) -> EvalSummary:
-    return EvalSummary(
-        n=n,
-        n_ok=n,
-        accuracy=accuracy,
-        invalid_rate=0.0,
-        error_rate=0.0,
-        questions_per_s=None,
-        output_tokens_per_s=None,
-        latency_p50_s=None,
-        latency_p99_s=None,
-        wall_s=None,
-        dataset_sha256="d" * 64,
-        task="gsm8k",
-        style="plain",
-        engine="pdcheck",
-        limit=None,
-        offset=0,
-        concurrency=1,
-    )
 
 
 def _store(tmp_path):
@@ -75,8 +53,8 @@ def _fill_cell(
     )
     for side in ("baseline", "pd"):
         for i in range(3):
-            append_record(cell.records_path(side, 1, 0), _record(i))
-        cell.write_unit_summary(side, 1, 0, eval_summary(3))
+            write_record(cell.records_path(side, 1, 0), _record(i))
+        cell.write_unit_summary(side, 1, 0, unit_summary([_record(i) for i in range(3)]))
     cell.write_kv(1, 0, KvEvidence(decoders=(KvTransferMetrics(external_kv_tokens=42.0),)))
     outcome = judge(verdict, "why", canary=canary)
     cell.write_verdict(1, verdict=CellVerdict(verdict, "why", n_pairs=3), outcome=outcome)
@@ -119,12 +97,12 @@ def test_reader_round_trips_units_kv_verdicts(tmp_path):
 def test_unit_is_done_only_after_its_summary_and_failure_is_cleared(tmp_path):
     """Resume marker: records alone do not make a unit done; a later success clears failure.json."""
     cell = _store(tmp_path).cell("x--00000000")
-    append_record(cell.records_path("pd", 8, 0), _record(0))
+    write_record(cell.records_path("pd", 8, 0), _record(0))
     assert not cell.unit_done("pd", 8, 0)
     cell.write_unit_failure("pd", 8, 0, RuntimeError("server went away"))
     unit = load_run(tmp_path / "run").cells[0].unit("pd", 8, 0)
     assert unit.failure.error_type == "RuntimeError" and not unit.done
-    cell.write_unit_summary("pd", 8, 0, eval_summary(1))
+    cell.write_unit_summary("pd", 8, 0, unit_summary([_record(0)]))
     assert cell.unit_done("pd", 8, 0)
     assert load_run(tmp_path / "run").cells[0].unit("pd", 8, 0).failure is None
 
@@ -185,11 +163,11 @@ def test_torn_record_line_is_cut_before_a_resumed_unit_appends(tmp_path):
     """A kill mid-write leaves a partial line; the store trims it so resumed appends stay readable."""
     cell = _store(tmp_path).cell("x--00000000")
     path = cell.records_path("pd", 1, 0)
-    append_record(path, _record(0))
+    write_record(path, _record(0))
     with open(path, "a") as f:
         f.write('{"index": 1, "prom')
     path = cell.records_path("pd", 1, 0)
-    append_record(path, _record(1))
+    write_record(path, _record(1))
     assert [r.index for r in load_run(tmp_path / "run").cells[0].unit("pd", 1, 0).records()] == [
         0,
         1,
