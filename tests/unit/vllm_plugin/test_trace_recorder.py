@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from pdcheck._vllm.scheduler import FreeRecord, LoadStart, TraceStep
+from pdcheck._vllm.records import FreeRecord, LoadStart, TraceStep
 from pdcheck.vllm_plugin import trace_recorder
 from pdcheck.vllm_plugin.trace_format import read_trace_dir
 from pdcheck.vllm_plugin.trace_recorder import TraceRecorder
@@ -171,7 +171,7 @@ def test_hook_records_are_copies_the_worker_cannot_change():
     """trace_step copies block id lists: an in-process worker extends new and resumed requests' lists in place."""
     from types import SimpleNamespace
 
-    from pdcheck._vllm.scheduler import trace_step
+    from pdcheck._vllm.capture import trace_step
 
     new_ids = ([1, 2], [3])
     resumed_ids = ([7],)
