@@ -1,5 +1,5 @@
 """Topologies of stand-in servers: PD through the proxy, a decoder dying mid-run, the plugin check,
-attach mode, and no process left after Ctrl-C or SIGTERM to pdcheck during startup or a run."""
+attach mode. Interrupting pdcheck while they run: tests/slow/test_interrupts.py."""
 
 from __future__ import annotations
 
