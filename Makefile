@@ -7,7 +7,7 @@ PYTEST_WORKERS ?= 2
 # The CUDA builds of vLLM `make contract` checks pdcheck against (`make test` checks the first).
 CONTRACT_VLLM ?= 0.32.0 0.33.0
 
-.PHONY: setup fixtures sweep check test contract race clean-venv
+.PHONY: setup fixtures sweep check test test-fast contract race clean-venv
 
 setup:
 	@VENV=$(VENV) scripts/setup-venv.sh
@@ -25,8 +25,13 @@ check: setup
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 
+# Every tier, as CI runs it (tests/README.md lists the tiers and what each costs).
 test: fixtures
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
+
+# The edit loop: the unit tier only (no vLLM, no model builds, no child processes), under a minute on 2 cores.
+test-fast: setup
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow" tests/unit
 
 # The contract tier alone: each build is installed once into ~/.cache/pdcheck-contract.
 contract: setup

@@ -43,7 +43,7 @@ def _load() -> str:
 
 
 def harness(args: argparse.Namespace) -> None:
-    from pdcheck._vllm import scheduler as adapter
+    from pdcheck._vllm.sim_scheduler import SimScheduler
     from pdcheck.race.run import prepare_vllm
 
     prepare_vllm()
@@ -52,7 +52,7 @@ def harness(args: argparse.Namespace) -> None:
     from pdcheck.vllm_plugin.trace_recorder import recording
 
     spent = [0.0]
-    original = {name: getattr(adapter.SimScheduler, name) for name in ("schedule", "update")}
+    original = {name: getattr(SimScheduler, name) for name in ("schedule", "update")}
 
     def timed(name):
         def wrapper(self, *a, **k):
@@ -67,7 +67,7 @@ def harness(args: argparse.Namespace) -> None:
         return wrapper
 
     for name in original:
-        setattr(adapter.SimScheduler, name, timed(name))
+        setattr(SimScheduler, name, timed(name))
     workload = get_variant(args.variant).with_overrides(requests=args.requests)
     run_seed(workload, 10_000)  # warm-up
     load_before = _load()
@@ -131,7 +131,7 @@ def engine(args: argparse.Namespace) -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import EngineArgs, LLMEngine, SamplingParams
 
-    from pdcheck._vllm.scheduler import timing_scheduler_calls
+    from pdcheck._vllm.trace_hooks import timing_scheduler_calls
     from pdcheck.vllm_plugin.trace_recorder import recording
 
     llm = LLMEngine.from_engine_args(

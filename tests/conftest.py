@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,14 @@ def _has_gpu() -> bool:
         return False
 
 
+_SLOW_TIER = Path(__file__).parent / "slow"
+
+
 def pytest_collection_modifyitems(config, items):
+    # The slow tier is marked by where it lives, so a test moved there cannot forget the marker.
+    for item in items:
+        if _SLOW_TIER in item.path.parents:
+            item.add_marker(pytest.mark.slow)
     if _has_gpu():
         return
     skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU; none is present")

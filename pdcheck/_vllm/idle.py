@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Any
 
-from pdcheck._vllm.scheduler import vllm_version
+from pdcheck._vllm.internals import vllm_version
 from pdcheck.errors import VllmIncompatible
 
 __all__ = ["back_off_idle_steps", "check_idle_names", "sleep_in_shm_spins"]

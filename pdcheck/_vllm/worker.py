@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from pdcheck._vllm.scheduler import vllm_version
+from pdcheck._vllm.internals import vllm_version
 from pdcheck.errors import VllmIncompatible
 
 __all__ = [

@@ -176,15 +176,15 @@ def run_step(cfg: BisectConfig) -> StepResult:
             run_dir = out / "steps" / sha[:12] / f"r{k}"
             run_dir.mkdir(parents=True, exist_ok=True)
             with open(run_dir / "output.log", "w") as log:
-                proc = subprocess.run(
+                predicate_proc = subprocess.run(
                     _predicate_argv(cfg, run_dir),
                     cwd=worktree if cfg.predicate == "cmd" else out,
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                 )
-            codes.append(proc.returncode)
-            if proc.returncode not in (0, 1):
+            codes.append(predicate_proc.returncode)
+            if predicate_proc.returncode not in (0, 1):
                 why = _explain_infra((run_dir / "output.log").read_text(errors="replace"))
                 if why is not None:
                     skip_reason = why

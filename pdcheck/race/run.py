@@ -148,15 +148,15 @@ class RaceSummary:
 
 def prepare_vllm() -> None:
     """Import vLLM, check every internal the harness needs (VllmIncompatible lists what is missing), quiet its logs."""
-    from pdcheck._vllm import scheduler as adapter
+    from pdcheck._vllm import internals
 
-    adapter.check_internals()
-    adapter.quiet_vllm_logs()
+    internals.check_internals()
+    internals.quiet_vllm_logs()
 
 
 def run_seed(workload: Workload, seed: int, *, replay_options: str = "") -> SeedResult:
     """One deterministic run: a fresh scheduler (built under whatever patches are active) and one RaceSim."""
-    from pdcheck._vllm.scheduler import SimScheduler
+    from pdcheck._vllm.sim_scheduler import SimScheduler
     from pdcheck.race.sim import RaceSim
 
     scheduler = SimScheduler(workload.scheduler)
@@ -228,18 +228,18 @@ def run_race(
         overrides["depth"] = depth
     workloads = [w.with_overrides(**overrides) for w in workloads]
     try:
-        from pdcheck._vllm import scheduler as adapter
+        from pdcheck._vllm import internals, mutations
 
         prepare_vllm()
-        if mutation is not None and mutation not in adapter.MUTATIONS:
+        if mutation is not None and mutation not in mutations.MUTATIONS:
             raise HarnessError(
-                f"unknown mutation {mutation!r}; allowed: {', '.join(adapter.MUTATIONS)}"
+                f"unknown mutation {mutation!r}; allowed: {', '.join(mutations.MUTATIONS)}"
             )
         results = []
         with contextlib.ExitStack() as stack:
             applied = stack.enter_context(switches.disable_fixes(fixes))
             if mutation is not None:
-                stack.enter_context(adapter.apply_mutation(mutation))
+                stack.enter_context(mutations.apply_mutation(mutation))
             if trace_dir is not None:
                 from pdcheck.vllm_plugin.trace_recorder import recording
 
@@ -264,9 +264,9 @@ def run_race(
                     results[-1].seeds_with_findings,
                     seeds,
                 )
-        absent = tuple(f for f, present in adapter.fixes_present().items() if not present)
+        absent = tuple(f for f, present in internals.fixes_present().items() if not present)
         return RaceSummary(
-            vllm_version=adapter.vllm_version(),
+            vllm_version=internals.vllm_version(),
             disabled_fixes=tuple(applied),
             fixes_absent=absent,
             mutation=mutation,

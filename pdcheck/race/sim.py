@@ -20,7 +20,8 @@ import dataclasses
 import random
 from collections.abc import Callable
 
-from pdcheck._vllm.scheduler import LoadStart, ScheduledRequest, SimScheduler, StepRecord
+from pdcheck._vllm.records import LoadStart, ScheduledRequest, StepRecord
+from pdcheck._vllm.sim_scheduler import SimScheduler
 from pdcheck.errors import HarnessError
 from pdcheck.race.findings import Finding, Kind, Reproducer
 from pdcheck.race.shadow import GARBLE, POISON, ZERO, ShadowMemory, prefix_tags, state_tag
@@ -277,7 +278,7 @@ class RaceSim:
         self.loads[load.request_id] = _PendingLoad(
             load, step, land_at, report_at, valid, after_zeroing
         )
-        targets = set()
+        targets: set[int] = set()
         for g in self.attn_groups:
             targets.update(load.block_ids[g][load.start // self.bs : _cdiv(load.end, self.bs)])
         for g, mbs in self.mamba_groups:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from typing import Any
 
-from pdcheck._vllm.scheduler import SchedulerSpec
+from pdcheck._vllm.sim_scheduler import SchedulerSpec
 from pdcheck.errors import ConfigError
 
 EOS_TOKEN = 0
@@ -63,7 +64,7 @@ class Workload:
                 f"workload {self.name!r}: depth must be >= 1 (1 is synchronous scheduling)"
             )
 
-    def with_overrides(self, **changes: object) -> Workload:
+    def with_overrides(self, **changes: Any) -> Workload:
         scheduler_changes = {k: v for k, v in changes.items() if k in _SCHEDULER_FIELDS}
         own = {k: v for k, v in changes.items() if k not in _SCHEDULER_FIELDS}
         return dataclasses.replace(
@@ -119,14 +120,14 @@ def generate_requests(workload: Workload, rng: random.Random) -> list[SimRequest
     return out
 
 
-def _hybrid(mode: str, groups: int = 1, **kw: object) -> SchedulerSpec:
+def _hybrid(mode: str, groups: int = 1, **kw: Any) -> SchedulerSpec:
     return SchedulerSpec(
         layout="hybrid",
         mamba_mode=mode,
         num_mamba_groups=groups,
         prefix_caching=mode == "align",
         **kw,
-    )  # type: ignore[arg-type]
+    )
 
 
 VARIANTS: dict[str, Workload] = {

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 def activate(environ: Mapping[str, str]) -> list[str]:
     """Apply every switch `environ` asks for; return them as the marker lists them."""
-    from pdcheck._vllm import scheduler
+    from pdcheck._vllm import internals, patches
 
     settings = parse_settings(environ)
     applied: list[str] = []
@@ -31,7 +31,7 @@ def activate(environ: Mapping[str, str]) -> list[str]:
 
         install_nixl_delay(
             settings.nixl_pthr_delay_us,
-            describe_version=lambda: _versions(scheduler.vllm_version()),
+            describe_version=lambda: _versions(internals.vllm_version()),
         )
         applied.append(f"nixl-pthr-delay-us={settings.nixl_pthr_delay_us}")
     if settings.idle_backoff_ms is not None or settings.shm_spin_sleep_us is not None:
@@ -57,13 +57,13 @@ def activate(environ: Mapping[str, str]) -> list[str]:
 
         path = write_activation_marker(
             settings.plugin_dir,
-            vllm_version=scheduler.vllm_version(),
+            vllm_version=internals.vllm_version(),
             switches=applied,
-            fixes_present=scheduler.fixes_present(),
+            fixes_present=internals.fixes_present(),
         )
         plugin_dir = settings.plugin_dir
         # After the fix switches, so a scheduler this reports on was built with them.
-        scheduler.on_scheduler_built(
+        patches.on_scheduler_built(
             lambda async_scheduling: record_in_marker(
                 plugin_dir, SCHEDULER_BUILT, async_scheduling=async_scheduling
             )

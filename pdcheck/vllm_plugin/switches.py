@@ -43,24 +43,24 @@ def parse_fixes(value: str | Iterable[str]) -> tuple[str, ...]:
 
 
 def _patch_for(name: str) -> contextlib.AbstractContextManager[None]:
-    from pdcheck._vllm import scheduler as adapter
+    from pdcheck._vllm import patches
 
     return (
-        adapter.patch_block_reuse_fix_off()
+        patches.patch_block_reuse_fix_off()
         if name == "block-reuse"
-        else adapter.patch_zeroing_fix_off()
+        else patches.patch_zeroing_fix_off()
     )
 
 
 def _present(name: str) -> bool:
-    from pdcheck._vllm import scheduler as adapter
+    from pdcheck._vllm import internals
 
-    present = adapter.fixes_present()[name]
+    present = internals.fixes_present()[name]
     if not present and name not in _absent:
         _absent.add(name)
         logger.warning(
             "vLLM %s has no %s fix; disabling it is a no-op (the fix arm equals the no-fix arm)",
-            adapter.vllm_version(),
+            internals.vllm_version(),
             name,
         )
     return present
@@ -93,9 +93,9 @@ def install_from_env(environ: Mapping[str, str]) -> list[str]:
 
 def status() -> dict[str, list[str]]:
     """For activation markers and run environments: switches applied in this process and fixes this vLLM lacks."""
-    from pdcheck._vllm import scheduler as adapter
+    from pdcheck._vllm import internals
 
-    present = adapter.fixes_present()
+    present = internals.fixes_present()
     return {
         "disabled": list(_installed_names),
         "fixes_present": [f for f in FIXES if present[f]],

@@ -3,7 +3,7 @@
 Why: the block-reuse and zeroing races leave no trace in a server's logs. The recorder writes what
 the scheduler did to KV blocks (steps dispatched and processed, block ids per request, frees and
 their fences, the zero list, connector loads) so ``pdcheck trace check`` can find hazard windows
-after the fact. Hooks live in ``pdcheck._vllm.scheduler.trace_hooks``; this module only encodes.
+after the fact. Hooks live in ``pdcheck._vllm.trace_hooks``; this module only encodes.
 Only processes that build a Scheduler write a file. Importing this module does not import vLLM.
 
 Cost: on the scheduler's thread the hooks only append a tuple (the hook's record and ``time.time()``)
@@ -62,7 +62,7 @@ class TraceRecorder:
     # -- the scheduler's thread: queue only -------------------------------------------------------
 
     def on_start(self, groups: Any, defer_block_free: bool, needs_zeroing: bool) -> None:
-        import vllm
+        from pdcheck._vllm.internals import vllm_version
 
         self._steps = self._processed = 0
         event = {
@@ -70,7 +70,7 @@ class TraceRecorder:
             "schema_version": SCHEMA_VERSION,
             "pid": os.getpid(),
             "t": time.time(),
-            "vllm": getattr(vllm, "__version__", "unknown"),
+            "vllm": vllm_version(),
             "groups": [[g.kind, g.block_size] for g in groups],
             "defer_block_free": defer_block_free,
             "needs_zeroing": needs_zeroing,
@@ -163,7 +163,7 @@ class TraceRecorder:
         with self._drain_lock:
             queue, to_event = self._queue, self._event
             while queue:
-                lines = []
+                lines: list[bytes] = []
                 while queue and len(lines) < _CHUNK:
                     lines.append(encode(to_event(queue.popleft())))
                 self._file().write(b"".join(lines))
@@ -205,7 +205,7 @@ class TraceRecorder:
 @contextlib.contextmanager
 def recording(directory: str) -> Iterator[TraceRecorder]:
     """Record every Scheduler built inside the block into ``directory``."""
-    from pdcheck._vllm.scheduler import TraceSink, trace_hooks
+    from pdcheck._vllm.trace_hooks import TraceSink, trace_hooks
 
     recorder = TraceRecorder(directory)
     sink = TraceSink(recorder.on_start, recorder.on_step, recorder.on_processed, recorder.on_free)

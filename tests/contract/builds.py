@@ -100,9 +100,9 @@ class Build:
 # kernels what they support at import time, and the kernels need libcuda.
 _WARM = """
 from vllm.config import ModelConfig
-from pdcheck._vllm.scheduler import _model_dir
+from pdcheck._vllm.sim_scheduler import config_only_model_dir
 for layout in ("attention", "hybrid"):
-    ModelConfig(model=_model_dir(layout), skip_tokenizer_init=True, max_model_len=512)
+    ModelConfig(model=config_only_model_dir(layout), skip_tokenizer_init=True, max_model_len=512)
 """
 
 

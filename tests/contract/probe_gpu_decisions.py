@@ -16,13 +16,15 @@ import json
 import re
 import sys
 
-from pdcheck._vllm.scheduler import _model_dir
+from pdcheck._vllm.sim_scheduler import config_only_model_dir
 
 
 def _config(layout: str, *, tp: int = 1):
     from vllm.config import ModelConfig, ParallelConfig, VllmConfig
 
-    model = ModelConfig(model=_model_dir(layout), skip_tokenizer_init=True, max_model_len=512)
+    model = ModelConfig(
+        model=config_only_model_dir(layout), skip_tokenizer_init=True, max_model_len=512
+    )
     return VllmConfig(model_config=model, parallel_config=ParallelConfig(tensor_parallel_size=tp))
 
 

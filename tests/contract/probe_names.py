@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 
-from pdcheck._vllm.scheduler import FIX_NAMES, REQUIRED_NAMES, _missing, _model_dir
+from pdcheck._vllm.internals import FIX_NAMES, REQUIRED_NAMES, missing_names
+from pdcheck._vllm.sim_scheduler import config_only_model_dir
 from pdcheck._vllm.worker import check_worker_names
 from pdcheck.errors import VllmIncompatible
 
@@ -35,7 +36,9 @@ def metric_names() -> list[str]:
 
     from pdcheck.serving.metrics import parse_prometheus
 
-    model = ModelConfig(model=_model_dir("attention"), skip_tokenizer_init=True, max_model_len=512)
+    model = ModelConfig(
+        model=config_only_model_dir("attention"), skip_tokenizer_init=True, max_model_len=512
+    )
     transfer = KVTransferConfig(kv_connector="NixlConnector", kv_role="kv_consumer")
     PrometheusStatLogger(
         VllmConfig(model_config=model, kv_transfer_config=transfer), engine_indexes=[0]
@@ -55,8 +58,8 @@ def main() -> None:
 
     result = {
         "vllm_version": vllm.__version__,
-        "required_missing": _missing(REQUIRED_NAMES),
-        "fix_names_missing": {fix: _missing(names) for fix, names in FIX_NAMES.items()},
+        "required_missing": missing_names(REQUIRED_NAMES),
+        "fix_names_missing": {fix: missing_names(names) for fix, names in FIX_NAMES.items()},
         "worker_names_missing": worker_names_missing(),
         "metrics": metric_names(),
     }

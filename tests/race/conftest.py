@@ -13,10 +13,10 @@ CI_REQUESTS = 120
 
 @pytest.fixture(scope="session")
 def adapter():
-    """The vLLM adapter after its start-up check (import vLLM once; fail, never skip, when incompatible)."""
+    """The adapter's start-up check module, after the check passed (import vLLM once; fail, never skip, when incompatible)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from pdcheck._vllm import scheduler
+    from pdcheck._vllm import internals
     from pdcheck.race.run import prepare_vllm
 
     prepare_vllm()
-    return scheduler
+    return internals

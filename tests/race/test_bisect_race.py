@@ -1,12 +1,15 @@
-"""`pdcheck bisect --race` names the commit that removed a race fix, on a synthetic vLLM history.
+"""`pdcheck bisect --race` judges a real vLLM commit: the one step the bisect unit tests cannot take.
 
-The history is built from the installed vLLM's own scheduler source: ~20 commits, with one fix
-removed at a known commit and one commit that does not import. Each step lays the commit's
-Python over the installed vLLM (no build) and runs the real race harness.
+tests/unit/bisect covers the search, skip, cache and policy logic with a plain command as the
+predicate. What only this test covers is a step on real vLLM source: the commit's Python laid
+over the installed vLLM (no build), then the real race harness run against it. Each history is
+built from the installed vLLM's own scheduler source and has three commits, so `git bisect`
+runs exactly one step, on the middle commit.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -18,19 +21,9 @@ from pdcheck.serving.environment import probe_vllm
 pytestmark = pytest.mark.vllm
 
 SCHED = "vllm/v1/core/sched/scheduler.py"
-# The source edits that remove each fix, as a regression would.
-REMOVE_FIX = {
-    "block-reuse": (
-        "                self.defer_block_free = True",
-        "                self.defer_block_free = False",
-    ),
-    "zeroing": (
-        "                        self.connector.get_loaded_kv_cache_group_ids(request)\n"
-        "                        if load_kv_async and self.connector is not None\n"
-        "                        else ()",
-        "                        ()",
-    ),
-}
+# The source edit that removes the block-reuse fix, as a regression would.
+FIX = "                self.defer_block_free = True"
+NO_FIX = "                self.defer_block_free = False"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -39,25 +32,22 @@ def _git(repo: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def make_history(
-    root: Path, fix: str, *, regress_at: int, broken_at: int, n: int = 20
-) -> list[str]:
-    installed = Path(probe_vllm().vllm_path)
-    source = (installed.parent / SCHED).read_text()
-    old, new = REMOVE_FIX[fix]
-    assert old in source, (
-        f"the installed scheduler no longer has the {fix} fix's code; update REMOVE_FIX"
-    )
+def make_history(root: Path, *, middle: str) -> list[str]:
+    """Three commits: the installed scheduler (good), `middle`, and the fix removed (bad)."""
+    source = (Path(probe_vllm().vllm_path).parent / SCHED).read_text()
+    assert FIX in source, "the installed scheduler no longer has the block-reuse fix's code"
+    without_fix = source.replace(FIX, NO_FIX)
+    texts = {
+        "fix removed": without_fix,
+        "does not import": source + "\nthis line is not python\n",
+    }
     repo = root / "vllm"
     (repo / Path(SCHED).parent).mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "config", "user.name", "t")
     _git(repo, "config", "user.email", "t@t")
     shas = []
-    for i in range(n):
-        text = source.replace(old, new) if i >= regress_at else source
-        if i == broken_at:
-            text += "\nthis line is not python\n"
+    for i, text in enumerate((source, texts[middle], without_fix)):
         (repo / SCHED).write_text(text + f"\n# synthetic commit {i}\n")
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", f"commit {i}")
@@ -65,49 +55,30 @@ def make_history(
     return shas
 
 
-@pytest.mark.parametrize(
-    ("fix", "variant"), [("block-reuse", "attention"), ("zeroing", "attention-zeroing")]
-)
-def test_bisect_race_names_the_commit_that_removed_the_fix(tmp_path, monkeypatch, fix, variant):
-    """The first bad commit is exactly the one that removed the fix; the unimportable one is skipped."""
+def _bisect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, middle: str) -> tuple[int, dict, list]:
     monkeypatch.setenv("PDCHECK_CACHE_DIR", str(tmp_path / "cache"))
-    shas = make_history(tmp_path, fix, regress_at=12, broken_at=5)
+    shas = make_history(tmp_path, middle=middle)
     out = tmp_path / "out"
-    argv = [
-        "bisect",
-        "--vllm-repo",
-        str(tmp_path / "vllm"),
-        "--good",
-        shas[0],
-        "--bad",
-        shas[-1],
-        "--race",
-        "--seeds",
-        "2",
-        "--requests",
-        "150",
-        "--variant",
-        variant,
-        "--out",
-        str(out),
-    ]
-    assert main(argv) == 0
-    import json
+    argv = ["bisect", "--vllm-repo", str(tmp_path / "vllm"), "--good", shas[0], "--bad", shas[2]]
+    argv += ["--race", "--seeds", "2", "--requests", "150", "--variant", "attention"]
+    code = main([*argv, "--out", str(out)])
+    return code, json.loads((out / "bisect.json").read_text()), shas
 
-    result = json.loads((out / "bisect.json").read_text())
-    assert result["first_bad"]["sha"] == shas[12]
-    steps = {s["sha"]: s for s in result["steps"]}
-    if shas[5] in steps:
-        assert steps[shas[5]]["outcome"] == "skip", (
-            "a commit that does not import is skipped, never bad"
-        )
 
-    # A second bisect over the same range reuses every cached step.
-    (out / "bisect.json").unlink()
-    import shutil
+def test_a_commit_without_the_fix_is_judged_bad_by_the_real_harness(tmp_path, monkeypatch):
+    """The overlay puts the commit's scheduler in front of the installed one: the race is found there."""
+    code, result, shas = _bisect(tmp_path, monkeypatch, "fix removed")
+    assert code == 0
+    assert [(s["sha"], s["outcome"]) for s in result["steps"]] == [(shas[1], "bad")]
+    assert result["first_bad"]["sha"] == shas[1]
 
-    shutil.rmtree(out)
-    assert main(argv) == 0
-    again = json.loads((out / "bisect.json").read_text())
-    assert again["first_bad"]["sha"] == shas[12]
-    assert all(s["cached"] for s in again["steps"])
+
+def test_a_commit_that_does_not_import_is_skipped_never_bad(tmp_path, monkeypatch):
+    """vLLM failing to import the commit's source is an infra skip with the reason, not a bad commit."""
+    code, result, shas = _bisect(tmp_path, monkeypatch, "does not import")
+    # Only the skipped commit and the bad end are left: either could be first, so no culprit.
+    assert code == 1 and result["first_bad"] is None
+    assert sorted(result["candidates"]) == sorted(shas[1:])
+    (step,) = result["steps"]
+    assert step["sha"] == shas[1] and step["outcome"] == "skip"
+    assert "does not import" in step["reason"]

@@ -18,7 +18,7 @@ import multiprocessing
 multiprocessing.current_process().name = "AnyName"  # markers must not depend on it
 from pdcheck.vllm_plugin import register
 register()
-from pdcheck._vllm.scheduler import SchedulerSpec, SimScheduler
+from pdcheck._vllm.sim_scheduler import SchedulerSpec, SimScheduler
 SimScheduler(SchedulerSpec(depth=2))  # a scheduler built in this process, async on
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker import NixlBaseConnectorWorker

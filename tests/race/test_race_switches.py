@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from pdcheck._vllm.sim_scheduler import SchedulerSpec, SimScheduler
 from pdcheck.race import run_race
 from pdcheck.vllm_plugin import switches
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.vllm
 
 def _abort_with_step_in_flight(adapter):
     """Free blocks right after aborting a request whose decode step is still in flight."""
-    sched = adapter.SimScheduler(adapter.SchedulerSpec(depth=2))
+    sched = SimScheduler(SchedulerSpec(depth=2))
     sched.add_request("a", list(range(1, 40)), max_tokens=8, eos_token_id=0, remote=False)
     first = sched.schedule()
     sched.schedule()  # a's decode step: dispatched while the prefill is in flight
@@ -37,13 +38,11 @@ def test_block_reuse_switch_frees_at_once_with_a_step_in_flight(adapter):
         assert applied == ["block-reuse"]
         sched, freed = _abort_with_step_in_flight(adapter)
         assert not sched.defer_block_free and freed == 3
-    assert adapter.SimScheduler(adapter.SchedulerSpec()).defer_block_free, (
-        "leaving the block restores the fix"
-    )
+    assert SimScheduler(SchedulerSpec()).defer_block_free, "leaving the block restores the fix"
 
 
 def _zeroed_load_blocks(adapter):
-    sched = adapter.SimScheduler(adapter.SchedulerSpec(zeroing=True))
+    sched = SimScheduler(SchedulerSpec(zeroing=True))
     sched.add_request("remote", list(range(1, 40)), max_tokens=8, eos_token_id=0, remote=True)
     step = sched.schedule()
     (load,) = step.loads
@@ -63,7 +62,7 @@ def test_a_fix_this_vllm_lacks_makes_its_switch_a_no_op_and_says_so(adapter, mon
     monkeypatch.setattr(adapter, "fixes_present", lambda: {"block-reuse": False, "zeroing": True})
     with switches.disable_fixes(["block-reuse"]) as applied:
         assert applied == []
-        assert adapter.SimScheduler(adapter.SchedulerSpec()).defer_block_free
+        assert SimScheduler(SchedulerSpec()).defer_block_free
     assert switches.status()["fixes_absent"] == ["block-reuse"]
     summary = run_race(seeds=1, requests=40, variants=["attention"], disable_fixes=["block-reuse"])
     assert summary.fixes_absent == ("block-reuse",) and summary.disabled_fixes == ()
@@ -76,7 +75,7 @@ def test_install_from_env_is_the_same_switch_and_idempotent():
         "from pdcheck.vllm_plugin import switches\n"
         "env = {'PDCHECK_DISABLE_FIXES': 'block-reuse,zeroing'}\n"
         "first = switches.install_from_env(env); second = switches.install_from_env(env)\n"
-        "from pdcheck._vllm.scheduler import SimScheduler, SchedulerSpec\n"
+        "from pdcheck._vllm.sim_scheduler import SimScheduler, SchedulerSpec\n"
         "s = SimScheduler(SchedulerSpec(zeroing=True))\n"
         "s.add_request('r', list(range(1, 40)), max_tokens=4, eos_token_id=0, remote=True)\n"
         "step = s.schedule()\n"

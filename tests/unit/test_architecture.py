@@ -1,20 +1,25 @@
-"""The layering holds: the orchestrating core imports without vLLM, and the public surface is pinned."""
+"""The layering holds: nothing imports vLLM at import time, only the _vllm adapter imports it, and the public surface is pinned."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pdcheck
 
 CORE_PACKAGES = ("config", "serving", "evals", "analysis", "sweep", "report", "cli")
+# The packages that may reach vLLM at run time: race and vllm_plugin, through the _vllm adapter.
+VLLM_PACKAGES = ("_vllm", "race", "vllm_plugin")
+PACKAGE_DIR = Path(pdcheck.__file__).parent
 
 
-def _core_modules() -> list[str]:
-    names = ["pdcheck", "pdcheck.errors"]
-    for pkg in CORE_PACKAGES:
+def _modules(packages: tuple[str, ...]) -> list[str]:
+    names = []
+    for pkg in packages:
         mod = __import__(f"pdcheck.{pkg}", fromlist=["_"])
         names.append(mod.__name__)
         for info in pkgutil.walk_packages(mod.__path__, prefix=f"pdcheck.{pkg}."):
@@ -22,17 +27,46 @@ def _core_modules() -> list[str]:
     return names
 
 
-def test_core_imports_without_vllm():
-    """Importing any core module must not import vLLM (6-16 s, and often another venv)."""
+def test_no_module_imports_vllm_at_import_time():
+    """Importing any core module must not import vLLM (6-16 s, and often another venv); the adapter,
+    race and plugin modules import it inside the functions that use it, so `pdcheck race --help`
+    stays fast and a missing or incompatible vLLM is reported by the start-up check."""
+    modules = ["pdcheck", "pdcheck.errors", *_modules(CORE_PACKAGES + VLLM_PACKAGES)]
     code = (
         "import importlib, sys\n"
-        f"for name in {_core_modules()!r}:\n"
+        f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
         "bad = sorted(m for m in sys.modules if m == 'vllm' or m.startswith('vllm.') or m == 'torch')\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "", f"core modules imported: {out.stdout.strip()}"
+    assert out.stdout.strip() == "", f"importing pdcheck's modules imported: {out.stdout.strip()}"
+
+
+def _vllm_imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        found += [n for n in names if n == "vllm" or n.startswith("vllm.")]
+    return found
+
+
+def test_only_the_adapter_package_imports_vllm():
+    """Every vLLM import, and so every vLLM-internal name, lives in pdcheck/_vllm/; race and
+    vllm_plugin see only its records and callables."""
+    outside = {
+        str(path.relative_to(PACKAGE_DIR)): imports
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        if path.relative_to(PACKAGE_DIR).parts[0] != "_vllm" and (imports := _vllm_imports(path))
+    }
+    assert outside == {}
+    # The scan must see the adapter's imports, or it proves nothing.
+    assert _vllm_imports(PACKAGE_DIR / "_vllm" / "sim_scheduler.py")
 
 
 def test_top_level_all_is_exactly_the_public_names():

@@ -1,15 +1,12 @@
 """Topologies of stand-in servers: PD through the proxy, a decoder dying mid-run, the plugin check,
-attach mode, and no process left after Ctrl-C or SIGTERM to pdcheck during startup or a run."""
+attach mode. Interrupting pdcheck while they run: tests/slow/test_interrupts.py."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
 import sys
-import textwrap
-import time
 import urllib.request
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from pdcheck.serving import attach, plan_topology, serve_pd, serve_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
 from tests.unit.serving.conftest import make_cell
-from tests.unit.serving.test_process import STUB, alive, default_ctrl_c, recorded_pids, wait_gone
+from tests.unit.serving.test_process import STUB, recorded_pids, wait_gone
 
 NO_GPUS = GpuInventory((), "none")
 
@@ -222,56 +219,3 @@ def test_attach_mode_normalises_and_validates_urls():
         attach(baseline_url=None, pd_url="localhost:8000")
     with pytest.raises(ConfigError, match="needs --baseline-url"):
         attach(baseline_url=None, pd_url=None)
-
-
-DRIVER = textwrap.dedent(
-    """
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, {root!r})
-    from tests.unit.serving.test_topology import stub_plan
-    from pdcheck.serving import serve_topology
-    plan = stub_plan(Path({tmp!r}), {bucket}, mode={mode!r})
-    with serve_topology(plan) as endpoints:
-        print("READY", flush=True)
-        import time
-        time.sleep(120)
-    """
-)
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("phase", ["startup", "run"])
-def test_interrupting_pdcheck_leaves_no_child(tmp_path, worker_index, sig, phase):
-    """Ctrl-C or SIGTERM to a pdcheck process, while servers start or while they serve, stops every server and child."""
-    root = str(Path(__file__).resolve().parents[3])
-    mode = "never-healthy" if phase == "startup" else "ok"
-    code = DRIVER.format(root=root, tmp=str(tmp_path), bucket=worker_index, mode=mode)
-    driver = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=root,
-        preexec_fn=default_ctrl_c,
-    )
-    try:
-        pid_dir = tmp_path / "pids"
-        deadline = time.monotonic() + 60
-        while (
-            len(recorded_pids(pid_dir)) < 6 and time.monotonic() < deadline
-        ):  # 3 servers, each with a child
-            time.sleep(0.1)
-        if phase == "run":
-            line = driver.stdout.readline().strip()
-            assert line == "READY", f"driver said {line!r} (exit {driver.poll()})"
-        pids = recorded_pids(pid_dir)
-        assert len(pids) == 6 and all(alive(p) for p in pids), (
-            f"pids {pids}, alive {[alive(p) for p in pids]}"
-        )
-        driver.send_signal(sig)
-        rc = driver.wait(timeout=60)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-    assert rc != 0
-    assert wait_gone(pids) == [], "a server or its child outlived the interrupted pdcheck process"

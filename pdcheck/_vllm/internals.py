@@ -1,0 +1,127 @@
+"""The start-up check: every vLLM internal the race harness, fix switches and trace hooks name.
+
+These names (``Scheduler._free_request_blocks``, ``req_to_blocks``, ``SchedulerOutput`` fields,
+``KVCacheManager.allocate_slots``'s keywords) change between vLLM versions.
+:func:`check_internals` runs first and reports every missing name at once, with the vLLM
+version (``VllmIncompatible``).
+
+The two race fixes are *optional* internals: when a fix is absent (a vLLM from before it),
+:func:`fixes_present` says so, the switches become no-ops, and the harness still runs.
+Importing this module, or any module of this package, does not import vLLM; every function
+imports it where it is used.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import logging
+from typing import Any
+
+from pdcheck.errors import VllmIncompatible
+
+# "module:attribute[.attribute]" names the harness cannot run without.
+REQUIRED_NAMES: tuple[str, ...] = (
+    "vllm.config:VllmConfig",
+    "vllm.config:ModelConfig",
+    "vllm.config:CacheConfig",
+    "vllm.config:SchedulerConfig",
+    "vllm.config:KVTransferConfig",
+    "vllm.sampling_params:SamplingParams",
+    "vllm.v1.core.sched.scheduler:Scheduler.schedule",
+    "vllm.v1.core.sched.scheduler:Scheduler.update_from_output",
+    "vllm.v1.core.sched.scheduler:Scheduler.finish_requests",
+    "vllm.v1.core.sched.scheduler:Scheduler.add_request",
+    "vllm.v1.core.sched.scheduler:Scheduler._free_request_blocks",
+    "vllm.v1.core.sched.scheduler:Scheduler._preempt_request",
+    "vllm.v1.core.sched.async_scheduler:AsyncScheduler",
+    "vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots",
+    "vllm.v1.core.kv_cache_utils:resolve_kv_cache_block_sizes",
+    "vllm.v1.core.kv_cache_utils:get_request_block_hasher",
+    "vllm.v1.core.kv_cache_utils:init_none_hash",
+    "vllm.v1.kv_cache_interface:KVCacheConfig",
+    "vllm.v1.kv_cache_interface:KVCacheGroupSpec",
+    "vllm.v1.kv_cache_interface:FullAttentionSpec",
+    "vllm.v1.kv_cache_interface:MambaSpec",
+    "vllm.v1.outputs:ModelRunnerOutput",
+    "vllm.v1.outputs:KVConnectorOutput",
+    "vllm.v1.request:Request",
+    "vllm.v1.request:RequestStatus",
+    "vllm.utils.hashing:get_hash_fn_by_name",
+    "vllm.distributed.kv_transfer.kv_connector.v1.base:KVConnectorBase_V1",
+    "vllm.distributed.kv_transfer.kv_connector.v1.base:KVConnectorMetadata",
+    "vllm.distributed.kv_transfer.kv_connector.v1.base:SupportsHMA",
+)
+# Internals that exist only when a fix is present (vLLM PR #45357 and PR #48481).
+FIX_NAMES: dict[str, tuple[str, ...]] = {
+    "block-reuse": (
+        "vllm.v1.core.sched.scheduler:Scheduler._request_blocks_can_be_freed",
+        "vllm.v1.core.sched.scheduler:Scheduler._drain_deferred_frees",
+        "vllm.v1.core.kv_cache_manager:KVCacheManager.pop_blocks_for_free",
+    ),
+    "zeroing": (
+        "vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots(skip_zeroing_group_ids)",
+        "vllm.v1.core.kv_cache_manager:KVCacheManager.record_blocks_for_zeroing",
+    ),
+}
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return getattr(vllm, "__version__", "unknown")
+
+
+def resolve(name: str) -> Any:
+    """Resolve "module:attr.attr(keyword)"; raises LookupError when any part is missing."""
+    module_name, _, path = name.partition(":")
+    keyword = None
+    if path.endswith(")"):
+        path, _, keyword = path[:-1].partition("(")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise LookupError(name) from exc
+    for part in path.split("."):
+        if not hasattr(obj, part):
+            raise LookupError(name)
+        obj = getattr(obj, part)
+    if keyword and keyword not in inspect.signature(obj).parameters:
+        raise LookupError(name)
+    return obj
+
+
+def missing_names(names: tuple[str, ...]) -> list[str]:
+    missing = []
+    for name in names:
+        try:
+            resolve(name)
+        except LookupError:
+            missing.append(name)
+    return missing
+
+
+@functools.cache
+def check_internals() -> None:
+    """Raise VllmIncompatible listing every required internal the installed vLLM lacks."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        raise VllmIncompatible(
+            "not installed", missing=["vllm (install pdcheck[cpu] or pdcheck[gpu])"]
+        ) from exc
+    missing = missing_names(REQUIRED_NAMES)
+    if missing:
+        raise VllmIncompatible(vllm_version(), missing=missing)
+
+
+def quiet_vllm_logs() -> None:
+    """The harness triggers load failures on purpose; vLLM's per-failure warnings would drown the summary."""
+    logging.getLogger("vllm").setLevel(logging.CRITICAL)
+
+
+@functools.cache
+def fixes_present() -> dict[str, bool]:
+    """Which race fixes the installed vLLM has; a fix whose internals are missing predates this vLLM."""
+    return {fix: not missing_names(names) for fix, names in FIX_NAMES.items()}
