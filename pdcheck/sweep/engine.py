@@ -24,7 +24,8 @@ from typing import Any
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.errors import ExitCode
 from pdcheck.evals.records import read_records
-from pdcheck.sweep.backends import Backend, PdEndpoints
+from pdcheck.serving.endpoints import Endpoints
+from pdcheck.sweep.backends import Backend
 from pdcheck.sweep.early_stop import EarlyStopped, UnitStopper, stopped_summary
 from pdcheck.sweep.events import EventSink, Progress
 from pdcheck.sweep.judging import judge_level, level_ready, skip_level
@@ -124,7 +125,6 @@ class Engine:
                 name=cell.name,
                 cell_id=cell.id,
                 baseline_key=cell.baseline_key(),
-                servers=self.backend.describe(cell, cell_dir=cs.dir),
                 canary=cell.arm.canary,
             )
         self.progress.cells_total = len(cells)
@@ -196,19 +196,21 @@ class Engine:
             self._set(cell, f"starting {job.side} servers")
             try:
                 if job.side == "baseline":
-                    with self.backend.baseline(cell, gpus=placement.gpus, cell_dir=cs.dir) as url:
-                        self._count_start()
+                    with self.backend.baseline(
+                        cell, gpus=placement.gpus, cell_dir=cs.dir
+                    ) as endpoints:
+                        self._count_start(cs, endpoints)
                         for unit in pending:
-                            self._run_unit(cell, cs, unit, url, None)
+                            self._run_unit(cell, cs, unit, endpoints.url("baseline"), None)
                 else:
                     with self.backend.pd(
                         cell, gpus=placement.gpus, cell_dir=cs.dir, prefill_key=job.prefill_key
                     ) as endpoints:
-                        self._count_start()
+                        self._count_start(cs, endpoints)
                         for unit in self._pending(job):
                             if (unit.cell_id, unit.concurrency) in self._stopped:
                                 continue  # an earlier level of this cell was flagged (early stop)
-                            self._run_unit(cell, cs, unit, endpoints.url, endpoints)
+                            self._run_unit(cell, cs, unit, endpoints.url("pd"), endpoints)
                             self._judge_cell(cell, only=unit.concurrency)
             except Exception as exc:
                 if not self.options.continue_on_error:
@@ -246,7 +248,7 @@ class Engine:
                 target.copy_unit_failure(source, "baseline", unit.concurrency, unit.repeat)
 
     def _run_unit(
-        self, cell: Cell, cs: CellStore, unit: Unit, url: str, endpoints: PdEndpoints | None
+        self, cell: Cell, cs: CellStore, unit: Unit, url: str, endpoints: Endpoints | None
     ) -> None:
         from pdcheck.evals import run_eval
 
@@ -345,28 +347,30 @@ class Engine:
         self.progress.phase = phase
         self.progress.emit("phase", f"{cell.name}: {phase}")
 
-    def _count_start(self) -> None:
+    def _count_start(self, cs: CellStore, endpoints: Endpoints) -> None:
         with self._lock:
             self.progress.server_starts += 1
+            if endpoints.started is not None:
+                cs.record_started(endpoints.started)
 
 
 def _fingerprint(prov) -> str:
     return f"{prov.vllm_version}@{prov.vllm_commit}"
 
 
-def _scrape(endpoints: PdEndpoints) -> list[Any]:
+def _scrape(endpoints: Endpoints) -> list[Any]:
     from pdcheck.serving import scrape_kv_metrics
 
     return [scrape_kv_metrics(url) for url in endpoints.decoder_metrics_urls]
 
 
-def _kv_delta(before: list[Any] | None, after: list[Any], endpoints: PdEndpoints) -> dict[str, Any]:
+def _kv_delta(before: list[Any] | None, after: list[Any], endpoints: Endpoints) -> dict[str, Any]:
     """Per-decoder deltas over the unit; an empty list means no metrics URL (attach without one)."""
     deltas = [a.minus(b).to_dict() for a, b in zip(after, before or [], strict=False)]
     return {"decoders": deltas, "metrics_urls": list(endpoints.decoder_metrics_urls)}
 
 
-def _injections(endpoints: PdEndpoints, run_tag: str) -> list[dict[str, Any]]:
+def _injections(endpoints: Endpoints, run_tag: str) -> list[dict[str, Any]]:
     """The plugin's injection-log lines of this unit (its run tag), from every decoder."""
     out = []
     for folder in endpoints.plugin_dirs:

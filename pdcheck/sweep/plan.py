@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pdcheck.config import Cell
+from pdcheck.config.cells import SIDE_ROLES
 from pdcheck.errors import GpuInventoryError
 
 SIDES = ("baseline", "pd")
@@ -62,10 +63,7 @@ class Job:
 
     @property
     def gpus_needed(self) -> int:
-        c = self.cell
-        if self.side == "baseline":
-            return c.decode_tp
-        return c.prefill_instances * c.prefill_tp + c.decode_instances * c.decode_tp
+        return self.cell.gpus_for(*SIDE_ROLES[self.side])
 
     @property
     def label(self) -> str:

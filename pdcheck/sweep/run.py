@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +23,7 @@ from pdcheck.config import (
     select_cells,
 )
 from pdcheck.errors import ConfigError
+from pdcheck.serving.endpoints import Endpoints, attach
 from pdcheck.sweep.backends import AttachBackend, Backend
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
 from pdcheck.sweep.events import EventSink
@@ -31,13 +32,6 @@ from pdcheck.sweep.store import Provenance, RunResults, RunStore, read_json
 logger = logging.getLogger(__name__)
 
 DEFAULT_RESULTS_DIR = Path("pdcheck-results")
-
-
-@dataclass(frozen=True)
-class Attach:
-    baseline_url: str
-    pd_url: str
-    decoder_metrics_urls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,7 +44,8 @@ class SweepRequest:
     shard: tuple[int, int] | None = None
     only: tuple[str, ...] = ()
     keyword: str | None = None
-    attach: Attach | None = None
+    # Attach mode: the user's servers (checked by `pdcheck.serving.attach` in `prepare`).
+    attach: Endpoints | None = None
     options: SweepOptions = field(default_factory=SweepOptions)
 
 
@@ -62,6 +57,7 @@ class PreparedSweep:
     cells: tuple[Cell, ...]
     out: Path
     resuming: bool
+    attach: Endpoints | None = None  # checked and normalised
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -108,11 +104,14 @@ def prepare(request: SweepRequest) -> PreparedSweep:
     shard = request.shard or (tuple(selection["shard"]) if selection.get("shard") else None)
     cells = select_cells(expand_cells(spec), only=only, keyword=keyword)
     cells = shard_cells(cells, shard)
-    if request.attach is not None and len(cells) != 1:
-        raise ConfigError(
-            f"attach mode tests exactly one cell against your servers, but {len(cells)} are selected; "
-            "pick one with --only NAME (cells: " + ", ".join(c.name for c in cells[:10]) + ")"
+    endpoints = None
+    if request.attach is not None:  # the rules the CLI and pytest options were checked by
+        endpoints = attach(
+            baseline_url=request.attach.baseline_url,
+            pd_url=request.attach.pd_url,
+            decoder_metrics_urls=request.attach.decoder_metrics_urls,
         )
+        check_attach_cells(cells)
     if request.resume is not None:
         out = request.resume
     else:
@@ -122,13 +121,23 @@ def prepare(request: SweepRequest) -> PreparedSweep:
             raise ConfigError(
                 f"--out {out} already holds files; use --resume {out} to continue that run, or a new folder"
             )
-    return PreparedSweep(spec, path, sha, tuple(cells), Path(out), request.resume is not None)
+    return PreparedSweep(
+        spec, path, sha, tuple(cells), Path(out), request.resume is not None, endpoints
+    )
+
+
+def check_attach_cells(cells: Sequence[Cell], *, how_to_pick: str = "--only NAME") -> None:
+    """Attach mode tests exactly one cell: the user's servers are one configuration."""
+    if len(cells) != 1:
+        raise ConfigError(
+            f"attach mode tests exactly one cell against your servers, but {len(cells)} are selected; "
+            f"pick one with {how_to_pick} (cells: " + ", ".join(c.name for c in cells[:10]) + ")"
+        )
 
 
 def make_backend(request: SweepRequest, prepared: PreparedSweep) -> Backend:
-    if request.attach is not None:
-        a = request.attach
-        return AttachBackend(a.baseline_url, a.pd_url, a.decoder_metrics_urls)
+    if prepared.attach is not None:
+        return AttachBackend(prepared.attach)
     from pdcheck.sweep.serving_backend import ServingBackend
 
     return ServingBackend.for_cells(prepared.cells, run_dir=prepared.out)

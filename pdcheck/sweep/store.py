@@ -4,7 +4,7 @@ Layout (every JSON carries `schema_version` and the provenance stamp: pdcheck ve
 vLLM version/commit, dataset sha)::
 
     <run>/run.json                                  sweep, environment, started/finished, shard
-    <run>/cells/<name>--<id>/cell.json              resolved cell, server commands, baseline key
+    <run>/cells/<name>--<id>/cell.json              resolved cell, baseline key, servers that ran
     <run>/cells/<name>--<id>/<side>/c<N>/r<k>/records.jsonl   appended by evals as questions finish
     <run>/cells/<name>--<id>/<side>/c<N>/r<k>/summary.json    written last: the unit is done
     <run>/cells/<name>--<id>/<side>/c<N>/r<k>/failure.json    the unit failed (sidecar)
@@ -23,8 +23,9 @@ temporary file and renamed, so a reader never sees half a file.
 from __future__ import annotations
 
 import shutil
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdcheck.sweep._files import (
     SIDES,
@@ -50,6 +51,9 @@ from pdcheck.sweep.results import (
     load_cell,
     load_run,
 )
+
+if TYPE_CHECKING:
+    from pdcheck.serving.endpoints import TopologyRecord
 
 __all__ = [
     "SIDES",
@@ -96,9 +100,10 @@ class CellStore:
         name: str,
         cell_id: str,
         baseline_key: str,
-        servers: dict[str, Any],
         canary: bool,
     ) -> None:
+        """cell.json; the servers recorded by an earlier run of this folder are kept."""
+        previous = read_json(self.dir / "cell.json") or {}
         self._write(
             self.dir / "cell.json",
             {
@@ -107,10 +112,19 @@ class CellStore:
                 "dirname": self.dirname,
                 "resolved": resolved,
                 "baseline_key": baseline_key,
-                "servers": servers,
+                "servers": previous.get("servers", []),
                 "canary": canary,
             },
         )
+
+    def record_started(self, started: TopologyRecord) -> None:
+        """Add the servers a job of this cell ran (argv, env, ports, devices, pids) to cell.json.
+
+        Callers serialise calls for one cell (a cell's baseline and PD jobs may run at once).
+        """
+        meta = read_json(self.dir / "cell.json") or {}
+        meta["servers"] = [*meta.get("servers", []), asdict(started)]
+        write_json_atomic(self.dir / "cell.json", meta)
 
     def unit_dir(self, side: Side, concurrency: int, repeat: int) -> Path:
         path = self.dir / unit_rel(side, concurrency, repeat)

@@ -38,7 +38,6 @@ def _fill_cell(store, dirname="m-p1x1-d1x1-async-fixes-on--deadbeef", canary=Fal
         name=dirname.split("--")[0],
         cell_id=dirname.split("--")[1],
         baseline_key="bk",
-        servers={"pd": ["vllm", "serve"]},
         canary=canary,
     )
     for side in ("baseline", "pd"):
@@ -150,7 +149,6 @@ def test_summary_and_junit_carry_verdict_reasons(tmp_path):
         name="m-broken",
         cell_id="33333333",
         baseline_key="bk",
-        servers={},
         canary=False,
     )
     broken.write_failure(RuntimeError("prefill exited with code 1"), phase="starting servers")
