@@ -221,7 +221,7 @@ def test_attach_mode_normalises_and_validates_urls():
     assert ep.started is None and ep.plugin_dirs == () and ep.log_paths == {}
     with pytest.raises(ConfigError, match="pd_url 'localhost:8000' is not an http"):
         attach(baseline_url="http://10.0.0.5:8000", pd_url="localhost:8000")
-    with pytest.raises(ConfigError, match="needs both baseline_url .* and pd_url"):
+    with pytest.raises(ConfigError, match=r"needs both baseline_url .* and pd_url"):
         attach(baseline_url=None, pd_url=None)
 
 
