@@ -152,10 +152,10 @@ def attach_options(
 def _check_url(option: str, url: str) -> None:
     parsed = urlparse(url)
     try:
-        parsed.port  # noqa: B018 (raises ValueError for a port outside 0-65535)
-    except ValueError:
-        parsed = parsed._replace(scheme="")
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        port_ok = parsed.port != 0  # None: the scheme's default
+    except ValueError:  # not a number, or outside 0-65535
+        port_ok = False
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or not port_ok:
         raise ConfigError(
             f"{option} {url!r} is not an http(s) URL with a host and a valid port; "
             "give e.g. http://10.0.0.5:8000"

@@ -1,8 +1,9 @@
 """`pdcheck sweep --dry-run`: the resolved cells and the exact argv and env of every server.
 
 Starts nothing. Each job (a baseline, or a PD topology) is planned on the GPUs the sweep plan
-places it on, by the same `ServingBackend.plan` that a run starts servers from. When the arm's python can import vLLM, each `vllm serve` argv is also run
-through vLLM's own argument parser (in a subprocess of that python) and problems are listed.
+places it on, by the same `ServingBackend.plan` a run starts its servers from. When the arm's
+python can import vLLM, each `vllm serve` argv is also run through vLLM's own argument parser
+(in a subprocess of that python) and problems are listed.
 """
 
 from __future__ import annotations
