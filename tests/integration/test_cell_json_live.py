@@ -17,7 +17,7 @@ from pdcheck.sweep.engine import Engine
 from pdcheck.sweep.serving_backend import ServingBackend
 from pdcheck.sweep.store import Provenance, RunStore
 from tests.integration.conftest import MODELS, READY_TIMEOUT_S, SERVE_ARGS
-from tests.unit.sweep.test_started_servers import check_live
+from tests.unit.sweep.test_started_servers import LiveCheck
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
@@ -42,23 +42,10 @@ def test_cell_json_names_the_live_vllm_processes(tmp_path):
         tmp_path / "run", provenance=Provenance(), sweep={"name": "cell-json"}, environment={}
     )
     cell_json = store.root / "cells" / cell.dirname / "cell.json"
-    checked: dict[str, list[str]] = {}
-
-    def while_serving(event) -> None:
-        if event.kind != "record":
-            return
-        started = json.loads(cell_json.read_text())["servers"][-1]
-        roles = "+".join(s["role"] for s in started["servers"])
-        if roles not in checked:
-            checked[roles] = [p for s in started["servers"] for p in check_live(s)]
-
-    Engine(
-        [cell],
-        store=store,
-        backend=ServingBackend(GpuInventory((), "none")),
-        on_event=while_serving,
-    ).execute()
-    assert checked == {"baseline": [], "prefill+decode": []}, checked
+    live = LiveCheck(cell_json)
+    backend = ServingBackend(GpuInventory((), "none"))
+    Engine([cell], store=store, backend=backend, on_event=live).execute()
+    assert live.problems == {"baseline": [], "prefill+decode": []}
     records = msgspec.convert(json.loads(cell_json.read_text())["servers"], list[TopologyRecord])
     baseline, pd = records
     assert baseline.proxy_url is None and pd.proxy_url is not None

@@ -4,9 +4,6 @@ and each scrapes the decoder metrics URLs it is given."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from pdcheck.cli import main
@@ -14,6 +11,7 @@ from pdcheck.errors import ConfigError
 from pdcheck.serving import Endpoints
 from pdcheck.sweep import load_run
 from pdcheck.sweep.run import SweepRequest, run_sweep
+from tests.unit.sweep.test_pytest_plugin import _pytest
 
 CLEAN = "fake-p1x1-d1x1-async-fixes-on"
 GOOD = "http://127.0.0.1:9"
@@ -41,13 +39,10 @@ def _options(prefix: str, baseline, pd, metrics) -> list[str]:
     return args
 
 
-def _pytest(tmp_path, *args):
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+def _pytest_sweep(tmp_path, sweep_file, out, *attach, only=(CLEAN,)):
+    only_args = [a for name in only for a in ("--pdcheck-only", name)]
+    return _pytest(
+        tmp_path, "--pdcheck-sweep", str(sweep_file), *only_args, "--pdcheck-out", str(out), *attach
     )
 
 
@@ -78,16 +73,7 @@ def test_pytest_plugin_refuses_the_same_bad_attach_input(case, sweep_file, tmp_p
     """`pytest --pdcheck-sweep` stops at configure (exit 4) with the same rule, in its own spelling."""
     (baseline, pd, metrics), which, says = BAD[case]
     out = tmp_path / "r"
-    proc = _pytest(
-        tmp_path,
-        "--pdcheck-sweep",
-        str(sweep_file),
-        "--pdcheck-only",
-        CLEAN,
-        "--pdcheck-out",
-        str(out),
-        *_options("pdcheck-", baseline, pd, metrics),
-    )
+    proc = _pytest_sweep(tmp_path, sweep_file, out, *_options("pdcheck-", baseline, pd, metrics))
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert SPELLING["pytest"][which] in proc.stderr and says in proc.stderr
     assert not out.exists()
@@ -96,13 +82,8 @@ def test_pytest_plugin_refuses_the_same_bad_attach_input(case, sweep_file, tmp_p
 def test_pytest_plugin_attaches_to_one_cell_only(sweep_file, servers, tmp_path):
     """As with `pdcheck sweep`, attach mode with two cells selected is refused before any request."""
     base, good, _ = servers
-    proc = _pytest(
-        tmp_path,
-        "--pdcheck-sweep",
-        str(sweep_file),
-        "--pdcheck-out",
-        str(tmp_path / "r"),
-        *_options("pdcheck-", base.url, good.url, ()),
+    proc = _pytest_sweep(
+        tmp_path, sweep_file, tmp_path / "r", *_options("pdcheck-", base.url, good.url, ()), only=()
     )
     assert proc.returncode == 4 and "exactly one cell" in proc.stderr, proc.stdout + proc.stderr
     assert "--pdcheck-only NAME" in proc.stderr
@@ -116,16 +97,8 @@ def test_every_entry_point_scrapes_the_decoder_metrics_it_is_given(sweep_file, s
     metrics = f"{good.url}/metrics"
     cli = ["sweep", str(sweep_file), "--out", str(tmp_path / "cli"), "--only", CLEAN]
     assert main([*cli, *_options("", base.url, good.url, (good.url,))]) == 2
-    proc = _pytest(
-        tmp_path,
-        "--pdcheck-sweep",
-        str(sweep_file),
-        "--pdcheck-only",
-        CLEAN,
-        "--pdcheck-out",
-        str(tmp_path / "pytest"),
-        *_options("pdcheck-", base.url, good.url, (good.url,)),
-    )
+    attach = _options("pdcheck-", base.url, good.url, (good.url,))
+    proc = _pytest_sweep(tmp_path, sweep_file, tmp_path / "pytest", *attach)
     assert proc.returncode == 1 and "1 failed" in proc.stdout, proc.stdout + proc.stderr
     for out in ("cli", "pytest"):
         cell = load_run(tmp_path / out).cells[0]
