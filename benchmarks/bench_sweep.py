@@ -48,9 +48,6 @@ class LockedBackend:
     def provenance(self, cell):
         return self.inner.provenance(cell)
 
-    def describe(self, cell, *, cell_dir):
-        return self.inner.describe(cell, cell_dir=cell_dir)
-
     @contextlib.contextmanager
     def _held(self, cm):
         # A blocking flock, like flock(1) used by everyone else: a polling lock would starve.

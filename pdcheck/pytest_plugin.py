@@ -8,6 +8,10 @@ is given, the sweep's cells replace the collected tests (the other items are des
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pdcheck.serving.endpoints import Endpoints
 
 
 def pytest_addoption(parser) -> None:
@@ -43,32 +47,56 @@ def pytest_addoption(parser) -> None:
     group.addoption(
         "--pdcheck-pd-url", default=None, metavar="URL", help="Attach mode: your PD endpoint."
     )
+    group.addoption(
+        "--pdcheck-decoder-metrics-url",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="Attach mode: a decoder's /metrics (repeatable), scraped for KV evidence.",
+    )
+
+
+def attached_endpoints(config: Any) -> Endpoints | None:
+    """The attach options, checked by the same rules as `pdcheck sweep`'s (None: not attached)."""
+    from pdcheck.serving.endpoints import AttachNames, attach_options
+
+    return attach_options(
+        baseline_url=config.getoption("pdcheck_baseline_url"),
+        pd_url=config.getoption("pdcheck_pd_url"),
+        decoder_metrics_urls=tuple(config.getoption("pdcheck_decoder_metrics_url") or ()),
+        names=AttachNames(
+            "--pdcheck-baseline-url", "--pdcheck-pd-url", "--pdcheck-decoder-metrics-url"
+        ),
+    )
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "pdcheck_cell: a pdcheck sweep cell run as a test item")
-    if config.getoption("pdcheck_only") and not config.getoption("pdcheck_sweep"):
+    sweep = config.getoption("pdcheck_sweep")
+    if config.getoption("pdcheck_only") and not sweep:
         import pytest
 
         raise pytest.UsageError("--pdcheck-only needs --pdcheck-sweep FILE")
-    if (config.getoption("pdcheck_baseline_url") is None) != (
-        config.getoption("pdcheck_pd_url") is None
-    ):
-        import pytest
+    attach_given = any(
+        config.getoption(name)
+        for name in ("pdcheck_baseline_url", "pdcheck_pd_url", "pdcheck_decoder_metrics_url")
+    )
+    if not (sweep or attach_given):
+        return
+    import pytest
 
-        raise pytest.UsageError(
-            "attach mode needs both --pdcheck-baseline-url and --pdcheck-pd-url"
-        )
-    if config.getoption("pdcheck_sweep"):
-        import pytest
+    from pdcheck.config import load_sweep
+    from pdcheck.errors import ConfigError
 
-        from pdcheck.config import load_sweep
-        from pdcheck.errors import ConfigError
-
-        try:  # a bad file stops the session here, before collection starts anything
-            load_sweep(config.getoption("pdcheck_sweep"))
-        except ConfigError as exc:
-            raise pytest.UsageError(f"--pdcheck-sweep: {exc}") from None
+    try:  # bad attach URLs stop the session here, before anything starts
+        attached_endpoints(config)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    try:  # so does a bad file, before collection
+        if sweep:
+            load_sweep(sweep)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"--pdcheck-sweep: {exc}") from None
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
@@ -80,6 +108,16 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 
     path = Path(resolve_sweep_path(sweep)).resolve()
     cells = list(SweepFile.from_parent(session, path=path).collect())
+    if attached_endpoints(config) is not None:
+        import pytest
+
+        from pdcheck.errors import ConfigError
+        from pdcheck.sweep.run import check_attach_cells
+
+        try:
+            check_attach_cells([item.cell for item in cells], how_to_pick="--pdcheck-only NAME")
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
     if items:
         config.hook.pytest_deselected(items=list(items))
     items[:] = cells

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from pdcheck.cli._common import console, err_console
 from pdcheck.config import Cell, expand_cells, load_sweep, select_cells
 from pdcheck.config.schema import SweepSpec
 from pdcheck.errors import ConfigError, ExitCode
-from pdcheck.serving import plan_topology, serve_topology
+from pdcheck.serving import cell_python, plan_topology, serve_topology
 from pdcheck.serving.argcheck import check_serve_argvs
 from pdcheck.serving.gpus import read_inventory
 from pdcheck.serving.ports import default_allocator, require_free_port
@@ -156,8 +155,11 @@ def up(
     plan = plan_topology(cell, inventory=read_inventory(), ports=default_allocator(), run_dir=run)
     if dry_run:
         console.print(plan.render(), markup=False, highlight=False, soft_wrap=True)
-        python = (cell.environment.python if cell.environment else None) or sys.executable
-        found = check_serve_argvs([s.argv for s in plan.servers], python) if check_argv else []
+        found = (
+            check_serve_argvs([s.argv for s in plan.servers], cell_python(cell))
+            if check_argv
+            else []
+        )
         problems = [
             f"{s.name}: {p}" for s, ps in zip(plan.servers, found, strict=False) for p in ps
         ]

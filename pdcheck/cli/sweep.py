@@ -98,7 +98,7 @@ def _render_report():
 @click.option(
     "--decoder-metrics-url",
     multiple=True,
-    help="Attach mode: a decoder's /metrics (repeatable) for KV evidence.",
+    help="Attach mode: a decoder's /metrics (repeatable), scraped for KV evidence.",
 )
 @list_option
 def sweep(
@@ -121,9 +121,9 @@ def sweep(
     if list_shipped:
         console.print(shipped_sweeps_table())
         return
+    from pdcheck.serving.endpoints import AttachNames, attach_options
     from pdcheck.sweep.engine import SweepOptions
     from pdcheck.sweep.run import (
-        Attach,
         SweepRequest,
         default_sweep_file,
         parse_shard,
@@ -131,15 +131,15 @@ def sweep(
         run_sweep,
     )
 
-    if (baseline_url is None) != (pd_url is None):
-        raise ConfigError("attach mode needs both --baseline-url and --pd-url")
+    attach = attach_options(
+        baseline_url=baseline_url,
+        pd_url=pd_url,
+        decoder_metrics_urls=decoder_metrics_url,
+        names=AttachNames("--baseline-url", "--pd-url", "--decoder-metrics-url"),
+    )
     if gpus is not None and not dry_run:
         raise ConfigError(
             "--gpus plans a dry run for that many GPUs; add --dry-run (a real run uses the GPUs it finds)"
-        )
-    if decoder_metrics_url and baseline_url is None:
-        raise ConfigError(
-            "--decoder-metrics-url is for attach mode; give --baseline-url and --pd-url too"
         )
     if file is None and resume is None:
         from pdcheck.serving.gpus import read_inventory
@@ -149,14 +149,6 @@ def sweep(
         err_console.print(
             f"No sweep file given: using the shipped sweep {file} ({gpus} GPU(s) found)."
         )
-    attach = None
-    if baseline_url is not None:
-        from pdcheck.serving import attach as check_attach
-
-        endpoints = check_attach(
-            baseline_url=baseline_url, pd_url=pd_url, decoder_metrics_urls=decoder_metrics_url
-        )
-        attach = Attach(endpoints.baseline_url, endpoints.pd_url, endpoints.decoder_metrics_urls)
     request = SweepRequest(
         file=file,
         out=out,

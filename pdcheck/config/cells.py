@@ -10,7 +10,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -26,6 +26,12 @@ from pdcheck.config.schema import (
     SweepSpec,
 )
 from pdcheck.errors import ConfigError
+
+# The servers of a cell: the PD side's prefill and decode servers, and the no-PD baseline.
+Role = Literal["prefill", "decode", "baseline"]
+ROLES: tuple[Role, ...] = ("prefill", "decode", "baseline")
+# The servers each side of the comparison starts.
+SIDE_ROLES: dict[str, tuple[Role, ...]] = {"baseline": ("baseline",), "pd": ("prefill", "decode")}
 
 # Keys a selector (include/exclude) may use, with the cell attribute each reads.
 SELECTOR_KEYS = (
@@ -86,10 +92,22 @@ class Cell(BaseModel):
     def dirname(self) -> str:
         return f"{self.name}--{self.id}"
 
+    def tp(self, role: Role) -> int:
+        """A server's tensor-parallel size; the baseline runs at the decode TP."""
+        return self.prefill_tp if role == "prefill" else self.decode_tp
+
+    def servers(self, *roles: Role) -> tuple[tuple[Role, int], ...]:
+        """(role, instance index) of every server of `roles`, in the order given."""
+        count = {"prefill": self.prefill_instances, "decode": self.decode_instances, "baseline": 1}
+        return tuple((role, i) for role in roles for i in range(count[role]))
+
+    def gpus_for(self, *roles: Role) -> int:
+        """GPUs the servers of `roles` take together (one per TP rank)."""
+        return sum(self.tp(role) for role, _ in self.servers(*roles))
+
     @property
     def gpus_needed(self) -> int:
-        pd = self.prefill_instances * self.prefill_tp + self.decode_instances * self.decode_tp
-        return pd + self.decode_tp  # the baseline runs at the decode TP
+        return self.gpus_for(*ROLES)
 
     def selector_values(self) -> dict[str, Any]:
         return {

@@ -5,13 +5,20 @@ a subprocess of the arm's python (`check_serve_argv`).
 """
 
 from pdcheck.serving.argcheck import check_serve_argv
-from pdcheck.serving.argv import build_env, build_serve_argv
+from pdcheck.serving.argv import build_env, build_serve_argv, cell_python
+from pdcheck.serving.endpoints import (
+    AttachNames,
+    Endpoints,
+    ServerRecord,
+    TopologyRecord,
+    attach,
+    attach_options,
+)
 from pdcheck.serving.metrics import KvTransferMetrics, require_kv_transferred, scrape_kv_metrics
 from pdcheck.serving.plan import TopologyPlan, plan_topology
 from pdcheck.serving.proxy import PdProxy, ProxyServer
 from pdcheck.serving.topology import (
-    Endpoints,
-    attach,
+    RunningServer,
     serve_baseline,
     serve_pd,
     serve_prefills,
@@ -19,14 +26,20 @@ from pdcheck.serving.topology import (
 )
 
 __all__ = [
+    "AttachNames",
     "Endpoints",
     "KvTransferMetrics",
     "PdProxy",
     "ProxyServer",
+    "RunningServer",
+    "ServerRecord",
     "TopologyPlan",
+    "TopologyRecord",
     "attach",
+    "attach_options",
     "build_env",
     "build_serve_argv",
+    "cell_python",
     "check_serve_argv",
     "plan_topology",
     "require_kv_transferred",

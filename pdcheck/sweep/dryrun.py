@@ -1,16 +1,18 @@
 """`pdcheck sweep --dry-run`: the resolved cells and the exact argv and env of every server.
 
-Starts nothing. When the arm's python can import vLLM, each `vllm serve` argv is also run
-through vLLM's own argument parser (in a subprocess of that python) and problems are listed.
+Starts nothing. Each job (a baseline, or a PD topology) is planned on the GPUs the sweep plan
+places it on, by the same `ServingBackend.plan` a run starts its servers from. When the arm's
+python can import vLLM, each `vllm serve` argv is also run through vLLM's own argument parser
+(in a subprocess of that python) and problems are listed.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from pdcheck.config import level_expectation
-from pdcheck.sweep.plan import pack, plan_jobs
+from pdcheck.config.cells import SIDE_ROLES
+from pdcheck.sweep.plan import Placement, pack, plan_jobs
 from pdcheck.sweep.run import PreparedSweep
 
 
@@ -24,6 +26,7 @@ class DryRun:
 def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | None = None) -> DryRun:
     """`gpus`: plan for that many GPUs (indices 0..gpus-1) instead of the ones this machine has."""
     from pdcheck.serving.argcheck import check_serve_argvs
+    from pdcheck.serving.argv import cell_python
     from pdcheck.serving.environment import probe_vllm
     from pdcheck.serving.gpus import Gpu, GpuInventory
     from pdcheck.sweep.serving_backend import ServingBackend
@@ -36,6 +39,9 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
         )
     jobs = plan_jobs(list(prepared.cells), build_fingerprint=lambda c: str(backend.provenance(c)))
     waves = pack(jobs, gpu_indices=backend.gpu_indices)
+    placements: dict[str, list[Placement]] = {}
+    for placement in (p for wave in waves for p in wave):
+        placements.setdefault(placement.job.cell.id, []).append(placement)
     lines = [
         f"# sweep {prepared.spec.name} ({prepared.path}), {len(prepared.cells)} cells, "
         f"{len(jobs)} server starts in {len(waves)} waves; results would go to {prepared.out}"
@@ -56,21 +62,32 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
         lines += [
             f"# {', '.join(names)}: {label} ({why})" for (label, why), names in levels.items()
         ]
-        plan = backend.plan(cell, cell_dir=prepared.out / "cells" / cell.dirname)
-        lines.append(plan.render())
-        python = (cell.environment.python if cell.environment else None) or sys.executable
-        if not check_argv:
-            continue
-        if python not in checked:
+        lines += [
+            f"# baseline: the one of {job.cell.name} (same baseline key)"
+            for job in jobs
+            if job.side == "baseline" and cell in job.shares
+        ]
+        python = cell_python(cell)
+        if check_argv and python not in checked:
             checked[python] = probe_vllm(python).vllm_version is not None
-        if not checked[python]:
-            lines.append(f"# argv not checked: {python} cannot import vllm")
-            continue
-        for server in plan.servers:
-            _argv, users = pending.setdefault(python, {}).setdefault(
-                _without_port(server.argv), (list(server.argv), [])
+        for placement in placements.get(cell.id, []):
+            plan = backend.plan(
+                cell,
+                roles=SIDE_ROLES[placement.job.side],
+                gpus=placement.gpus,
+                cell_dir=prepared.out / "cells" / cell.dirname,
             )
-            users.append(f"{cell.name} {server.name}")
+            lines.append(plan.render())
+            if not check_argv:
+                continue
+            if not checked[python]:
+                lines.append(f"# argv not checked: {python} cannot import vllm")
+                continue
+            for server in plan.servers:
+                _argv, users = pending.setdefault(python, {}).setdefault(
+                    _without_port(server.argv), (list(server.argv), [])
+                )
+                users.append(f"{cell.name} {server.name}")
     problems: list[str] = []
     for python, argvs in pending.items():
         # One vLLM import per python for every command line it will run.

@@ -28,8 +28,9 @@ from pdcheck.config import Cell, resolve_model_path
 from pdcheck.errors import ExitCode
 from pdcheck.evals.dataset import TaskData
 from pdcheck.evals.records import QuestionRecord, read_records
+from pdcheck.serving.endpoints import Endpoints
 from pdcheck.serving.metrics import KvTransferMetrics
-from pdcheck.sweep.backends import Backend, PdEndpoints
+from pdcheck.sweep.backends import Backend
 from pdcheck.sweep.early_stop import SequentialRule, UnitStopper
 from pdcheck.sweep.events import EventSink, Progress
 from pdcheck.sweep.finish import RenderReport, finish_run
@@ -137,7 +138,6 @@ class Engine:
                 name=cell.name,
                 cell_id=cell.id,
                 baseline_key=cell.baseline_key(),
-                servers=self.backend.describe(cell, cell_dir=cs.dir),
                 canary=cell.arm.canary,
             )
         self.progress.cells_total = len(cells)
@@ -205,19 +205,21 @@ class Engine:
             self._set(cell, f"starting {job.side} servers")
             try:
                 if job.side == "baseline":
-                    with self.backend.baseline(cell, gpus=placement.gpus, cell_dir=cs.dir) as url:
-                        self._count_start()
+                    with self.backend.baseline(
+                        cell, gpus=placement.gpus, cell_dir=cs.dir
+                    ) as endpoints:
+                        self._count_start(cs, endpoints)
                         for unit in pending:
-                            self._run_unit(cell, cs, unit, url, None)
+                            self._run_unit(cell, cs, unit, endpoints.url("baseline"), None)
                 else:
                     with self.backend.pd(
                         cell, gpus=placement.gpus, cell_dir=cs.dir, prefill_key=job.prefill_key
                     ) as endpoints:
-                        self._count_start()
+                        self._count_start(cs, endpoints)
                         for unit in self._pending(job):
                             if (unit.cell_id, unit.concurrency) in self._stopped:
                                 continue  # an earlier level of this cell was flagged (early stop)
-                            self._run_unit(cell, cs, unit, endpoints.url, endpoints)
+                            self._run_unit(cell, cs, unit, endpoints.url("pd"), endpoints)
                             self._judge_cell(cell, only=unit.concurrency)
             except Exception as exc:
                 if not self.options.continue_on_error:
@@ -255,7 +257,7 @@ class Engine:
                 target.copy_unit_failure(source, "baseline", unit.concurrency, unit.repeat)
 
     def _run_unit(
-        self, cell: Cell, cs: CellStore, unit: Unit, url: str, endpoints: PdEndpoints | None
+        self, cell: Cell, cs: CellStore, unit: Unit, url: str, endpoints: Endpoints | None
     ) -> None:
         from pdcheck.evals import run_eval
 
@@ -344,16 +346,18 @@ class Engine:
         self.progress.phase = phase
         self.progress.emit("phase", f"{cell.name}: {phase}")
 
-    def _count_start(self) -> None:
+    def _count_start(self, cs: CellStore, endpoints: Endpoints) -> None:
         with self._lock:
             self.progress.server_starts += 1
+            if endpoints.started is not None:
+                cs.record_started(endpoints.started)
 
 
 def _fingerprint(prov: Provenance) -> str:
     return f"{prov.vllm_version}@{prov.vllm_commit}"
 
 
-def _scrape(endpoints: PdEndpoints) -> list[KvTransferMetrics]:
+def _scrape(endpoints: Endpoints) -> list[KvTransferMetrics]:
     from pdcheck.serving import scrape_kv_metrics
 
     return [scrape_kv_metrics(url) for url in endpoints.decoder_metrics_urls]
@@ -366,7 +370,7 @@ def _kv_deltas(
     return tuple(a.minus(b) for a, b in zip(after, before or [], strict=False))
 
 
-def _injections(endpoints: PdEndpoints, run_tag: str) -> tuple[dict[str, Any], ...]:
+def _injections(endpoints: Endpoints, run_tag: str) -> tuple[dict[str, Any], ...]:
     """The plugin's injection-log lines of this unit (its run tag), from every decoder."""
     out = []
     for folder in endpoints.plugin_dirs:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pdcheck.config import Cell
+from pdcheck.config.cells import SIDE_ROLES
 from pdcheck.errors import GpuInventoryError
 
 # The two sides of a comparison: the no-PD baseline server, and the PD topology.
@@ -65,9 +66,7 @@ class Job:
 
     @property
     def gpus_needed(self) -> int:
-        # `Cell.gpus_needed` is both topologies at once; the baseline runs at the decode TP.
-        baseline = self.cell.decode_tp
-        return baseline if self.side == "baseline" else self.cell.gpus_needed - baseline
+        return self.cell.gpus_for(*SIDE_ROLES[self.side])
 
     @property
     def label(self) -> str:

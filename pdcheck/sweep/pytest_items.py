@@ -16,6 +16,7 @@ from filelock import FileLock
 
 from pdcheck.analysis.verdict import Status
 from pdcheck.config import Cell, expand_cells, load_sweep, select_cells
+from pdcheck.pytest_plugin import attached_endpoints
 from pdcheck.sweep.backends import AttachBackend
 from pdcheck.sweep.engine import Engine
 from pdcheck.sweep.finish import RenderReport, finish_run
@@ -45,10 +46,9 @@ class CellItem(pytest.Item):
 
     def runtest(self) -> None:
         store = open_store(self.config)
-        baseline_url = self.config.getoption("pdcheck_baseline_url")
-        if baseline_url is not None:
-            backend = AttachBackend(baseline_url, self.config.getoption("pdcheck_pd_url"))
-            Engine([self.cell], store=store, backend=backend).execute()
+        attached = attached_endpoints(self.config)
+        if attached is not None:
+            Engine([self.cell], store=store, backend=AttachBackend(attached)).execute()
         else:
             self._run_on_leased_devices(store)
         outcomes = cell_outcomes(load_cell(store.root / "cells" / self.cell.dirname))

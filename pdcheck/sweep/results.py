@@ -20,6 +20,7 @@ from pdcheck.analysis.sequential import EarlyStop
 from pdcheck.config import Cell
 from pdcheck.evals.records import QuestionRecord, read_records
 from pdcheck.evals.summary import EvalSummary
+from pdcheck.serving.endpoints import TopologyRecord
 from pdcheck.sweep._files import read_file
 from pdcheck.sweep.plan import SIDES, Side
 from pdcheck.sweep.schema import (
@@ -85,7 +86,7 @@ class CellResult:
     name: str
     id: str
     resolved: dict[str, Any]
-    servers: dict[str, Any]
+    servers: tuple[TopologyRecord, ...]
     baseline_key: str | None
     canary: bool
     provenance: Provenance | None
@@ -215,7 +216,7 @@ def load_cell(path: Path) -> CellResult:
         name=meta.name if meta else name,
         id=meta.id if meta else cell_id,
         resolved=meta.resolved if meta else {},
-        servers=meta.servers if meta else {},
+        servers=meta.servers if meta else (),
         baseline_key=meta.baseline_key if meta else None,
         canary=meta.canary if meta else False,
         provenance=meta.provenance if meta else None,

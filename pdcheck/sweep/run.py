@@ -10,6 +10,7 @@ import functools
 import hashlib
 import logging
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from pdcheck.config import (
 )
 from pdcheck.config.schema import RaceSettings
 from pdcheck.errors import ConfigError
+from pdcheck.serving.endpoints import Endpoints, attach
 from pdcheck.sweep.backends import AttachBackend, Backend
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
 from pdcheck.sweep.events import EventSink
@@ -39,13 +41,6 @@ DEFAULT_RESULTS_DIR = Path("pdcheck-results")
 
 
 @dataclass(frozen=True)
-class Attach:
-    baseline_url: str
-    pd_url: str
-    decoder_metrics_urls: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class SweepRequest:
     """What the user asked for (the CLI's options, parsed)."""
 
@@ -55,7 +50,8 @@ class SweepRequest:
     shard: tuple[int, int] | None = None
     only: tuple[str, ...] = ()
     keyword: str | None = None
-    attach: Attach | None = None
+    # Attach mode: the user's servers (checked by `pdcheck.serving.attach` in `prepare`).
+    attach: Endpoints | None = None
     options: SweepOptions = field(default_factory=SweepOptions)
 
 
@@ -67,6 +63,7 @@ class PreparedSweep:
     cells: tuple[Cell, ...]
     out: Path
     resuming: bool
+    attach: Endpoints | None = None  # checked and normalised
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -113,11 +110,14 @@ def prepare(request: SweepRequest) -> PreparedSweep:
     shard = request.shard or selection.shard
     cells = select_cells(expand_cells(spec), only=only, keyword=keyword)
     cells = shard_cells(cells, shard)
-    if request.attach is not None and len(cells) != 1:
-        raise ConfigError(
-            f"attach mode tests exactly one cell against your servers, but {len(cells)} are selected; "
-            "pick one with --only NAME (cells: " + ", ".join(c.name for c in cells[:10]) + ")"
+    endpoints = None
+    if request.attach is not None:  # the rules the CLI and pytest options were checked by
+        endpoints = attach(
+            baseline_url=request.attach.baseline_url,
+            pd_url=request.attach.pd_url,
+            decoder_metrics_urls=request.attach.decoder_metrics_urls,
         )
+        check_attach_cells(cells)
     if request.resume is not None:
         out = request.resume
     else:
@@ -127,13 +127,23 @@ def prepare(request: SweepRequest) -> PreparedSweep:
             raise ConfigError(
                 f"--out {out} already holds files; use --resume {out} to continue that run, or a new folder"
             )
-    return PreparedSweep(spec, path, sha, tuple(cells), Path(out), request.resume is not None)
+    return PreparedSweep(
+        spec, path, sha, tuple(cells), Path(out), request.resume is not None, endpoints
+    )
+
+
+def check_attach_cells(cells: Sequence[Cell], *, how_to_pick: str = "--only NAME") -> None:
+    """Attach mode tests exactly one cell: the user's servers are one configuration."""
+    if len(cells) != 1:
+        raise ConfigError(
+            f"attach mode tests exactly one cell against your servers, but {len(cells)} are selected; "
+            f"pick one with {how_to_pick} (cells: " + ", ".join(c.name for c in cells[:10]) + ")"
+        )
 
 
 def make_backend(request: SweepRequest, prepared: PreparedSweep) -> Backend:
-    if request.attach is not None:
-        a = request.attach
-        return AttachBackend(a.baseline_url, a.pd_url, a.decoder_metrics_urls)
+    if prepared.attach is not None:
+        return AttachBackend(prepared.attach)
     from pdcheck.sweep.serving_backend import ServingBackend
 
     return ServingBackend.for_cells(prepared.cells, run_dir=prepared.out)

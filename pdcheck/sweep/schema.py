@@ -24,6 +24,7 @@ from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.sequential import EarlyStop
 from pdcheck.analysis.verdict import CellVerdict, Outcome, Status, Verdict
 from pdcheck.evals.summary import EvalSummary
+from pdcheck.serving.endpoints import TopologyRecord
 from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.plan import Side
 
@@ -126,7 +127,7 @@ class CellFile(Stamped, frozen=True, kw_only=True):
     dirname: str
     resolved: dict[str, Any]
     baseline_key: str | None
-    servers: dict[str, Any]
+    servers: tuple[TopologyRecord, ...] = ()
     canary: bool = False
 
 

@@ -1,9 +1,8 @@
 """The real backend: vLLM topologies planned and started by `pdcheck.serving`.
 
-A job runs either a cell's baseline or its PD part on the GPU set the sweep plan gave it.
-`plan_topology` assigns GPUs to every role of a cell at once, so the job's GPUs are put in
-the positions of the roles it starts, and placeholders (index -1, never started) in the
-others.
+A job runs either a cell's baseline or its PD part on the GPU set the sweep plan gave it;
+exactly those servers are planned, on exactly those devices, and the endpoints they yield
+record each process as it was started.
 
 Prefill servers outlive their job when the next PD job has the same prefill key on the same
 devices (arms that change only the decoder, such as injections): a prefill start is tens of
@@ -15,34 +14,40 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pdcheck.config import Cell
-from pdcheck.serving import TopologyPlan, plan_topology, serve_baseline, serve_pd, serve_prefills
+from pdcheck.config.cells import SIDE_ROLES, Role
+from pdcheck.serving import (
+    Endpoints,
+    RunningServer,
+    TopologyPlan,
+    cell_python,
+    plan_topology,
+    serve_baseline,
+    serve_pd,
+    serve_prefills,
+)
 from pdcheck.serving.environment import VllmEnvironment, probe_vllm
-from pdcheck.serving.gpus import Gpu, GpuInventory, read_inventory
-from pdcheck.serving.plan import ServerPlan, resolve_platform
+from pdcheck.serving.gpus import GpuInventory, read_inventory
+from pdcheck.serving.plan import resolve_platform
 from pdcheck.serving.ports import PortAllocator, default_allocator
-from pdcheck.serving.process import ServerProcess
-from pdcheck.sweep.backends import PdEndpoints
 from pdcheck.sweep.store import Provenance
 
-_PLACEHOLDER = Gpu(-1, "not started by this job")
 log = logging.getLogger(__name__)
+
+PrefillKey = tuple[str, tuple[int, ...]]
 
 
 @dataclass
 class _Prefills:
-    """Running prefill servers: what they are (key), their plans, processes, and how to stop them."""
+    """Running prefill servers: what they are (key), the servers, and how to stop them."""
 
-    key: tuple[str, tuple[int, ...]] | None  # None: never handed to another job
-    plans: tuple[ServerPlan, ...]
-    processes: tuple[ServerProcess, ...]
+    key: PrefillKey | None  # None: never handed to another job
+    servers: tuple[RunningServer, ...]
     stack: contextlib.ExitStack
 
 
@@ -50,6 +55,8 @@ class _Prefills:
 class ServingBackend:
     inventory: GpuInventory
     ports: PortAllocator = field(default_factory=default_allocator)
+    # What starts `vllm` (default: per cell, `launcher_argv`); tests put a stand-in here.
+    launcher: Sequence[str] | None = None
     _environments: dict[str, VllmEnvironment] = field(default_factory=dict)
     _held: _Prefills | None = None
     _held_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -63,7 +70,7 @@ class ServingBackend:
         return self.inventory.indices
 
     def environment(self, cell: Cell) -> VllmEnvironment:
-        python = (cell.environment.python if cell.environment else None) or sys.executable
+        python = cell_python(cell)
         if python not in self._environments:
             self._environments[python] = probe_vllm(python)
         return self._environments[python]
@@ -73,53 +80,45 @@ class ServingBackend:
         return Provenance(vllm_version=env.vllm_version, vllm_commit=env.vllm_commit)
 
     def plan(
-        self, cell: Cell, *, cell_dir: Path, side: str | None = None, gpus: tuple[int, ...] = ()
+        self, cell: Cell, *, roles: Sequence[Role], gpus: tuple[int, ...], cell_dir: Path
     ) -> TopologyPlan:
+        """The servers of `roles` on the inventory's GPUs `gpus` (ignored on CPU), in that order.
+
+        The one planning path: jobs start these plans and `--dry-run` prints them.
+        """
+        by_index = {g.index: g for g in self.inventory.gpus}
         return plan_topology(
             cell,
-            inventory=self._inventory_for(cell, side, gpus),
+            roles=roles,
+            inventory=GpuInventory(tuple(by_index[i] for i in gpus), self.inventory.source),
+            platform=resolve_platform(cell, self.inventory),
             ports=self.ports,
             run_dir=cell_dir,
+            launcher=self.launcher,
         )
 
-    def describe(self, cell: Cell, *, cell_dir: Path) -> dict[str, Any]:
-        plan = self.plan(cell, cell_dir=cell_dir)
-        return {
-            "platform": plan.platform,
-            "servers": {
-                s.name: {"argv": list(s.argv), "env": s.env, "url": s.url, "log": str(s.log_path)}
-                for s in plan.servers
-            },
-            "proxy": plan.pd_url,
-            "rendered": plan.render(),
-        }
-
     @contextlib.contextmanager
-    def baseline(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> Iterator[str]:
-        plan = self.plan(cell, cell_dir=cell_dir, side="baseline", gpus=gpus)
+    def baseline(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> Iterator[Endpoints]:
         self._take_held(None)
+        plan = self.plan(cell, roles=SIDE_ROLES["baseline"], gpus=gpus, cell_dir=cell_dir)
         with serve_baseline(plan) as endpoints:
-            yield endpoints.baseline_url
+            yield endpoints
 
     @contextlib.contextmanager
     def pd(
         self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path, prefill_key: str | None = None
-    ) -> Iterator[PdEndpoints]:
+    ) -> Iterator[Endpoints]:
         """`prefill_key`: jobs with equal keys may share prefill servers (None: this job's own)."""
-        plan = self.plan(cell, cell_dir=cell_dir, side="pd", gpus=gpus)
-        key = (
-            (prefill_key, gpus[: cell.prefill_instances * cell.prefill_tp]) if prefill_key else None
-        )
-        prefills = self._take_held(key) or self._start_prefills(plan, key)
+        prefill_gpus, decode_gpus = split_pd_gpus(cell, gpus)
+        key = (prefill_key, prefill_gpus) if prefill_key else None
+        prefills = self._take_held(key)
+        if prefills is None:
+            plan = self.plan(cell, roles=("prefill",), gpus=prefill_gpus, cell_dir=cell_dir)
+            prefills = self._start_prefills(plan, key)
         try:
-            plan = replace(plan, prefills=prefills.plans)
-            with serve_pd(plan, prefills=prefills.processes) as endpoints:
-                yield PdEndpoints(
-                    endpoints.pd_url,
-                    endpoints.decoder_metrics_urls,
-                    plugin_dirs=tuple(s.plugin_dir for s in plan.decodes),
-                    check_alive=endpoints.check_alive,
-                )
+            plan = self.plan(cell, roles=("decode",), gpus=decode_gpus, cell_dir=cell_dir)
+            with serve_pd(plan, prefills=prefills.servers) as endpoints:
+                yield endpoints
         except BaseException:
             prefills.stack.close()  # a prefill may be why the job failed: never hand it on
             raise
@@ -132,7 +131,7 @@ class ServingBackend:
         """Stop the prefill servers held for a next job."""
         self._take_held(None)
 
-    def _take_held(self, key: tuple[str, tuple[int, ...]] | None) -> _Prefills | None:
+    def _take_held(self, key: PrefillKey | None) -> _Prefills | None:
         """The held prefills if their key is `key`; otherwise stop them (freeing their cores or GPUs)."""
         with self._held_lock:
             held, self._held = self._held, None
@@ -140,10 +139,11 @@ class ServingBackend:
             held is not None
             and key is not None
             and held.key == key
-            and all(p.is_healthy() for p in held.processes)
+            and all(s.process.is_healthy() for s in held.servers)
         ):
             log.info(
-                "reusing the running prefill servers (%s)", ", ".join(p.url for p in held.processes)
+                "reusing the running prefill servers (%s)",
+                ", ".join(s.process.url for s in held.servers),
             )
             return held
         if held is not None:
@@ -158,19 +158,13 @@ class ServingBackend:
             previous.stack.close()
 
     @staticmethod
-    def _start_prefills(plan: TopologyPlan, key: tuple[str, tuple[int, ...]] | None) -> _Prefills:
+    def _start_prefills(plan: TopologyPlan, key: PrefillKey | None) -> _Prefills:
         stack = contextlib.ExitStack()
-        processes = stack.enter_context(serve_prefills(plan))
-        return _Prefills(key, plan.prefills, processes, stack)
+        servers = stack.enter_context(serve_prefills(plan))
+        return _Prefills(key, servers, stack)
 
-    def _inventory_for(self, cell: Cell, side: str | None, gpus: tuple[int, ...]) -> GpuInventory:
-        if side is None or resolve_platform(cell, self.inventory) == "cpu":
-            return self.inventory
-        by_index = {g.index: g for g in self.inventory.gpus}
-        mine = [by_index[i] for i in gpus]
-        pd_count = cell.prefill_instances * cell.prefill_tp + cell.decode_instances * cell.decode_tp
-        if side == "pd":
-            devices = mine + [_PLACEHOLDER] * cell.decode_tp
-        else:
-            devices = [_PLACEHOLDER] * pd_count + mine
-        return GpuInventory(tuple(devices), self.inventory.source)
+
+def split_pd_gpus(cell: Cell, gpus: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A PD job's GPUs: the prefill servers' first, then the decoders'."""
+    count = cell.gpus_for("prefill")
+    return gpus[:count], gpus[count:]

@@ -4,7 +4,7 @@ Layout (every JSON is a `pdcheck.sweep.schema` struct carrying `schema_version` 
 provenance stamp: pdcheck version, vLLM version/commit, dataset sha)::
 
     <run>/run.json                                  sweep, environment, started/finished, shard
-    <run>/cells/<name>--<id>/cell.json              resolved cell, server commands, baseline key
+    <run>/cells/<name>--<id>/cell.json              resolved cell, baseline key, servers that ran
     <run>/cells/<name>--<id>/<side>/c<N>/r<k>/records.jsonl   appended by evals as questions finish
     <run>/cells/<name>--<id>/<side>/c<N>/r<k>/summary.json    written last: the unit is done
     <run>/cells/<name>--<id>/<side>/c<N>/r<k>/failure.json    the unit failed (sidecar)
@@ -24,7 +24,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -70,6 +70,9 @@ from pdcheck.sweep.schema import (
     stamp,
 )
 
+if TYPE_CHECKING:
+    from pdcheck.serving.endpoints import TopologyRecord
+
 __all__ = [
     "SIDES",
     "STORE_SCHEMA_VERSION",
@@ -111,9 +114,10 @@ class CellStore:
         name: str,
         cell_id: str,
         baseline_key: str,
-        servers: dict[str, Any],
         canary: bool,
     ) -> None:
+        """cell.json; the servers recorded by an earlier run of this folder are kept."""
+        previous = read_file(self.dir / "cell.json", CellFile)
         write_file(
             self.dir / "cell.json",
             CellFile(
@@ -123,9 +127,23 @@ class CellStore:
                 dirname=self.dirname,
                 resolved=resolved,
                 baseline_key=baseline_key,
-                servers=servers,
+                servers=previous.servers if previous is not None else (),
                 canary=canary,
             ),
+        )
+
+    def record_started(self, started: TopologyRecord) -> None:
+        """Add the servers a job of this cell ran (argv, env, ports, devices, pids) to cell.json.
+
+        Callers serialise calls for one cell (a cell's baseline and PD jobs may run at once).
+        """
+        meta = read_file(self.dir / "cell.json", CellFile)
+        if meta is None:
+            raise FileNotFoundError(
+                f"{self.dir / 'cell.json'}: servers started before the cell was recorded"
+            )
+        write_file(
+            self.dir / "cell.json", msgspec.structs.replace(meta, servers=(*meta.servers, started))
         )
 
     def unit_dir(self, side: Side, concurrency: int, repeat: int) -> Path:

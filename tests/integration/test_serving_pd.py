@@ -94,7 +94,7 @@ def test_negative_control_wrong_kv_changes_the_answer(pd, gsm8k_dir):
 
 
 def _server_urls(ep) -> dict[str, str]:
-    return {s.name: s.url for s in ep.servers}
+    return {s.name: s.url for s in ep.started.servers}
 
 
 def test_every_cpu_server_waits_instead_of_spinning(pd):

@@ -6,7 +6,6 @@ the tests count starts and check that nothing is left running.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
@@ -15,23 +14,20 @@ import urllib.request
 
 import pytest
 
-from pdcheck.serving import plan_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
-from pdcheck.sweep import serving_backend
 from pdcheck.sweep.serving_backend import ServingBackend
 from tests.unit.serving.conftest import make_cell
 from tests.unit.serving.test_process import STUB, alive, recorded_pids, wait_gone
 
 
 @pytest.fixture
-def backend(tmp_path, worker_index, monkeypatch):
-    monkeypatch.setattr(
-        serving_backend,
-        "plan_topology",
-        functools.partial(plan_topology, launcher=[sys.executable, STUB]),
+def backend(tmp_path, worker_index):
+    made = ServingBackend(
+        GpuInventory((), "none"),
+        ports=PortAllocator(bucket=worker_index),
+        launcher=[sys.executable, STUB],
     )
-    made = ServingBackend(GpuInventory((), "none"), ports=PortAllocator(bucket=worker_index))
     yield made
     made.close()
 
@@ -64,18 +60,18 @@ def test_same_prefill_key_keeps_the_prefiller_and_restarts_only_the_decoder(
     backend, cell, tmp_path
 ):
     with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key="k") as first:
-        assert _ask(first.url).startswith("stub ")
+        assert _ask(first.pd_url).startswith("stub ")
     after_first = _servers(tmp_path)
     assert len(after_first) == 2
     with backend.pd(cell, gpus=(), cell_dir=tmp_path / "b", prefill_key="k") as second:
-        assert _ask(second.url).startswith("stub ")
+        assert _ask(second.pd_url).startswith("stub ")
     after_second = _servers(tmp_path)
     assert len(after_second) == 3, "only a new decoder starts"
     (first_prefill,) = [pid for pid in after_first.values() if alive(pid)]
     assert alive(first_prefill), "the prefiller is held for a next job with the same key"
 
     with backend.pd(cell, gpus=(), cell_dir=tmp_path / "c", prefill_key="other") as third:
-        assert _ask(third.url).startswith("stub ")
+        assert _ask(third.pd_url).startswith("stub ")
     assert len(_servers(tmp_path)) == 5, "another prefill key starts its own prefiller"
     assert wait_gone([first_prefill]) == [], "the prefiller of the old key was stopped"
 
@@ -87,9 +83,9 @@ def test_a_baseline_start_stops_the_held_prefiller_first(backend, cell, tmp_path
     with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key="k"):
         pass
     held = [pid for pid in _servers(tmp_path).values() if alive(pid)]
-    with backend.baseline(cell, gpus=(), cell_dir=tmp_path / "b") as url:
+    with backend.baseline(cell, gpus=(), cell_dir=tmp_path / "b") as endpoints:
         assert wait_gone(held) == [], "cores (or GPUs) go back before the baseline starts"
-        assert _ask(url).startswith("stub ")
+        assert _ask(endpoints.baseline_url).startswith("stub ")
 
 
 def test_without_a_key_or_after_a_failure_the_prefiller_stops_with_its_job(backend, cell, tmp_path):
@@ -110,7 +106,7 @@ def test_a_held_prefiller_that_died_is_replaced(backend, cell, tmp_path):
     os.killpg(held, signal.SIGKILL)
     assert wait_gone([held]) == []
     with backend.pd(cell, gpus=(), cell_dir=tmp_path / "b", prefill_key="k") as endpoints:
-        assert _ask(endpoints.url).startswith("stub ")
+        assert _ask(endpoints.pd_url).startswith("stub ")
     assert len(_servers(tmp_path)) == 4, "a new prefiller and decoder"
 
 
@@ -120,7 +116,7 @@ def test_jobs_ending_together_leave_one_prefiller_held(backend, cell, tmp_path):
         outer_servers = set(_servers(tmp_path).values())
         with backend.pd(cell, gpus=(), cell_dir=tmp_path / "b", prefill_key="b"):
             pass
-        assert _ask(outer.url).startswith("stub ")
+        assert _ask(outer.pd_url).startswith("stub ")
     still_up = [pid for pid in _servers(tmp_path).values() if alive(pid)]
     assert len(still_up) == 1 and still_up[0] in outer_servers, (
         "only the last job's prefiller is held; none leaked"

@@ -160,7 +160,6 @@ def write_run(
             name=cell.name,
             cell_id=cell.id,
             baseline_key=cell.baseline_key(),
-            servers={},
             canary=cell.arm.canary,
         )
         (cs.logs_dir / "decode-0.log").write_text(

@@ -58,7 +58,7 @@ def test_pd_through_proxy_then_decoder_dies_mid_run(tmp_path, worker_index):
         assert complete(endpoints.pd_url)[0] == 200
         assert complete(endpoints.baseline_url)[0] == 200
         assert set(endpoints.log_paths) == {"prefill-0", "decode-0", "baseline-0"}
-        decoder = next(s for s in endpoints.servers if s.name == "decode-0")
+        decoder = next(p for p in endpoints.processes if p.name == "decode-0")
         os.killpg(decoder.pid, signal.SIGKILL)
         decoder._proc.wait()
         status, body = complete(endpoints.pd_url)
@@ -215,7 +215,8 @@ def test_attach_mode_normalises_and_validates_urls():
         True,
     )
     ep.check_alive()  # nothing pdcheck started: nothing to check
-    with pytest.raises(ConfigError, match="--pd-url 'localhost:8000' is not an http"):
-        attach(baseline_url=None, pd_url="localhost:8000")
-    with pytest.raises(ConfigError, match="needs --baseline-url"):
+    assert ep.started is None and ep.plugin_dirs == () and ep.log_paths == {}
+    with pytest.raises(ConfigError, match="pd_url 'localhost:8000' is not an http"):
+        attach(baseline_url="http://10.0.0.5:8000", pd_url="localhost:8000")
+    with pytest.raises(ConfigError, match=r"needs both baseline_url .* and pd_url"):
         attach(baseline_url=None, pd_url=None)

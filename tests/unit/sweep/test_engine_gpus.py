@@ -7,7 +7,7 @@ import threading
 import time
 
 from pdcheck.config import expand_cells, load_sweep
-from pdcheck.sweep.backends import PdEndpoints
+from pdcheck.serving import Endpoints
 from pdcheck.sweep.engine import Engine
 from pdcheck.sweep.schema import SweepInfo
 from pdcheck.sweep.store import Provenance, create_run, load_run
@@ -25,9 +25,6 @@ class RecordingGpuBackend:
     def provenance(self, cell):
         return Provenance(vllm_version="sim")
 
-    def describe(self, cell, *, cell_dir):
-        return {}
-
     @contextlib.contextmanager
     def _hold(self, label, gpus):
         start = time.monotonic()
@@ -40,12 +37,12 @@ class RecordingGpuBackend:
     @contextlib.contextmanager
     def baseline(self, cell, *, gpus, cell_dir):
         with self._hold(f"baseline {cell.name}", gpus):
-            yield self.baseline_url
+            yield Endpoints(baseline_url=self.baseline_url)
 
     @contextlib.contextmanager
     def pd(self, cell, *, gpus, cell_dir, prefill_key=None):
         with self._hold(f"pd {cell.name}", gpus):
-            yield PdEndpoints(self.pd_url)
+            yield Endpoints(pd_url=self.pd_url)
 
     def close(self):
         pass

@@ -92,13 +92,15 @@ def test_race_findings_fail_the_sweep_through_the_summary(tmp_path):
 
 
 def test_dry_run_prints_every_server_and_starts_nothing(sweep_file, tmp_path, capsys):
-    """--dry-run lists each cell with the exact argv and env of its servers, writes no folder, exits 0."""
+    """--dry-run lists each server start with its exact argv and env, writes no folder, exits 0."""
     out = tmp_path / "never"
     assert main(["sweep", str(sweep_file), "--dry-run", "--no-check-argv", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "fake-p1x1-d1x1-async-inject-zero" in text and "canary=True" in text
     assert "PDCHECK_INJECT=zero-loaded-kv:0.5" in text, "the decoder's env must show the injection"
-    assert text.count("serve /nonexistent/fake-model") == 6  # 2 cells × (prefill, decode, baseline)
+    # 2 cells × (prefill, decode) and the baseline they share, started once
+    assert text.count("serve /nonexistent/fake-model") == 5
+    assert "# baseline: the one of fake-p1x1-d1x1-async-fixes-on (same baseline key)" in text
     assert "pdcheck proxy --prefill" in text
     assert not out.exists()
 

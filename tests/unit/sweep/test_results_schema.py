@@ -12,7 +12,9 @@ import pytest
 from pdcheck.analysis.verdict import Status, Verdict
 from pdcheck.config import expand_cells, load_sweep
 from pdcheck.errors import ConfigError, ResultsFileError
-from pdcheck.sweep.backends import PdEndpoints
+from pdcheck.serving import Endpoints
+from pdcheck.serving.argv import ServerPorts
+from pdcheck.serving.endpoints import ServerRecord, TopologyRecord
 from pdcheck.sweep.engine import Engine, SweepOptions
 from pdcheck.sweep.plan import Unit
 from pdcheck.sweep.schema import (
@@ -61,16 +63,30 @@ class FakeBackend:
     def provenance(self, cell):
         return Provenance(vllm_version="0.32.0", vllm_commit="abc")
 
-    def describe(self, cell, *, cell_dir):
-        return {"pd": {"url": self.pd_url}, "baseline": {"url": self.baseline_url}}
-
     @contextlib.contextmanager
     def baseline(self, cell, *, gpus, cell_dir):
-        yield self.baseline_url
+        yield Endpoints(baseline_url=self.baseline_url)
 
     @contextlib.contextmanager
     def pd(self, cell, *, gpus, cell_dir, prefill_key=None):
-        yield PdEndpoints(self.pd_url, (self.pd_url,), (self.plugin_dir,))
+        decoder = ServerRecord(
+            name="decode-0",
+            role="decode",
+            pid=0,
+            argv=("vllm", "serve"),
+            env={},
+            url=self.pd_url,
+            ports=ServerPorts(http=1, side_channel=2, vllm_port=3),
+            gpus=(),
+            cpu_bind=None,
+            log_path="decode-0.log",
+            plugin_dir=str(self.plugin_dir),
+        )
+        yield Endpoints(
+            pd_url=self.pd_url,
+            decoder_metrics_urls=(self.pd_url,),
+            started=TopologyRecord(platform="cpu", servers=(decoder,)),
+        )
 
     def close(self):
         pass

@@ -48,7 +48,6 @@ def _fill_cell(
         name=dirname.split("--")[0],
         cell_id=dirname.split("--")[1],
         baseline_key="bk",
-        servers={"pd": ["vllm", "serve"]},
         canary=canary,
     )
     for side in ("baseline", "pd"):
@@ -136,7 +135,6 @@ def test_summary_and_junit_carry_verdict_reasons(tmp_path):
         name="m-broken",
         cell_id="33333333",
         baseline_key="bk",
-        servers={},
         canary=False,
     )
     for c in (1, 8):
