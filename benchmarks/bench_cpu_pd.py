@@ -131,7 +131,9 @@ def main() -> None:
             for c in CONCURRENCY:
                 for side, url in (("baseline", endpoints.baseline_url), ("pd", endpoints.pd_url)):
                     spying = args.py_spy if (side, c) == ("pd", 1) else None
-                    pd_servers = [p for p in endpoints.processes if not p.name.startswith("baseline")]
+                    pd_servers = [
+                        p for p in endpoints.processes if not p.name.startswith("baseline")
+                    ]
                     with py_spy(spying, pd_servers):
                         summary = run_eval(
                             url,
