@@ -49,7 +49,9 @@ def test_each_cell_is_an_item_and_a_failure_shows_the_verdict_reason(sweep_file,
     summary = json.loads((out / "summary.json").read_text())
     assert [r["verdict"] for r in summary["cells"][0]["results"]] == ["REGRESSION", "REGRESSION"]
     report = (out / "report.md").read_text()
-    assert "REGRESSION" in report and "PD lost accuracy" in report, "the session finishes the report"
+    assert "REGRESSION" in report and "PD lost accuracy" in report, (
+        "the session finishes the report"
+    )
 
 
 def test_passing_cell_passes_and_collects_only_sweep_items(sweep_file, servers, tmp_path):
