@@ -12,8 +12,7 @@ Hierarchy (what callers catch is a base class)::
     │   ├── ServerCrashed             a server process exited before or while serving
     │   ├── ServerStartTimeout        a server never answered /health in time
     │   ├── PortUnavailable           a port we need is taken
-    │   ├── GpuInventoryError         the topology needs more GPUs than there are
-    │   └── NoKvTransferred           a PD run whose decoder received no KV: PD was bypassed
+    │   └── GpuInventoryError         the topology needs more GPUs than there are
     ├── VllmIncompatible              exit 2: the installed vLLM lacks internals pdcheck needs
     ├── HarnessError                  exit 2: the race harness could not run
     └── BisectError                   exit 2: bisect input is wrong (not a repo, bad refs, dirty tree)
@@ -34,7 +33,6 @@ __all__ = [
     "GpuInventoryError",
     "HarnessError",
     "InfraError",
-    "NoKvTransferred",
     "PdcheckError",
     "PortUnavailable",
     "ResultsFileError",
@@ -146,10 +144,6 @@ class GpuInventoryError(InfraError):
     """The topology needs more GPUs than the inventory has; nothing was started."""
 
     exit_code = ExitCode.CONFIG
-
-
-class NoKvTransferred(InfraError):
-    """The decoder's metrics show no KV received: the PD path was bypassed, so the run proves nothing."""
 
 
 class VllmIncompatible(PdcheckError):

@@ -14,7 +14,7 @@ from pdcheck.serving.endpoints import (
     attach,
     attach_options,
 )
-from pdcheck.serving.metrics import KvTransferMetrics, require_kv_transferred, scrape_kv_metrics
+from pdcheck.serving.metrics import KvTransferMetrics, scrape_kv_metrics
 from pdcheck.serving.plan import TopologyPlan, plan_topology
 from pdcheck.serving.proxy import PdProxy, ProxyServer
 from pdcheck.serving.topology import (
@@ -42,7 +42,6 @@ __all__ = [
     "cell_python",
     "check_serve_argv",
     "plan_topology",
-    "require_kv_transferred",
     "scrape_kv_metrics",
     "serve_baseline",
     "serve_pd",

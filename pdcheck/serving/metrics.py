@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from pdcheck.errors import InfraError, NoKvTransferred
+from pdcheck.errors import InfraError
 
 PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 NIXL_XFER_COUNT = "vllm:nixl_xfer_time_seconds_count"
@@ -133,13 +133,3 @@ def scrape_kv_metrics(url: str, *, timeout_s: float = 10.0) -> KvTransferMetrics
     except OSError as exc:
         raise InfraError(f"could not read decoder metrics at {target}: {exc}") from exc
     return KvTransferMetrics.from_prometheus(text)
-
-
-def require_kv_transferred(delta: KvTransferMetrics, *, where: str) -> None:
-    """`NoKvTransferred` when a PD run's decoders received no KV: PD was bypassed, never a pass."""
-    if delta.external_kv_tokens <= 0:
-        raise NoKvTransferred(
-            f"{where}: the decoders received 0 prompt tokens by KV transfer "
-            f"({delta.local_compute_tokens:g} computed locally, {delta.transfers:g} NIXL transfers, "
-            f"{delta.failed_transfers:g} failed); requests bypassed the PD path or every transfer failed"
-        )

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pdcheck.config.paths import fixture_models_dir
-from pdcheck.serving import plan_topology, require_kv_transferred, scrape_kv_metrics, serve_topology
+from pdcheck.serving import plan_topology, scrape_kv_metrics, serve_topology
 from pdcheck.serving.gpus import read_inventory
 from pdcheck.serving.ports import default_allocator
 from tests.gpu.cells import gpu_pd_cell, gpu_shortfall
@@ -52,7 +52,6 @@ def test_gpu_pd_equals_baseline_with_disjoint_gpu_sets(decode_tp, gsm8k_dir):
         before = scrape_kv_metrics(ep.decoder_metrics_urls[0])
         base = greedy_token_ids(ep.baseline_url, prompts, model=model, tag="base", concurrency=4)
         pd = greedy_token_ids(ep.pd_url, prompts, model=model, tag="pd", concurrency=4)
-        require_kv_transferred(
-            scrape_kv_metrics(ep.decoder_metrics_urls[0]).minus(before), where="decode-0"
-        )
+        delta = scrape_kv_metrics(ep.decoder_metrics_urls[0]).minus(before)
+    assert delta.external_kv_tokens > 0, f"decode-0: PD bypassed, {delta}"
     assert pd == base

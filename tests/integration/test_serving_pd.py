@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pdcheck.serving import require_kv_transferred, scrape_kv_metrics
+from pdcheck.serving import scrape_kv_metrics
 from pdcheck.serving.proxy import prefill_request
 from tests.integration.conftest import complete, greedy_token_ids, model_path
 
@@ -52,7 +52,7 @@ def test_pd_equals_baseline_and_the_decoder_received_kv(pd, gsm8k_dir):
             f"{key} c{concurrency}: PD differs from the baseline on prompts {mismatched}"
         )
     delta = scrape_kv_metrics(ep.decoder_metrics_urls[0]).minus(before)
-    require_kv_transferred(delta, where=key)
+    assert delta.external_kv_tokens > 0, f"{key}: PD bypassed, {delta}"
     assert delta.transfers >= 2 * N_PROMPTS and delta.failed_transfers == 0
     # Nearly the whole prompt came over NIXL (a hybrid recomputes its last prompt token).
     assert delta.external_kv_tokens > 10 * delta.local_compute_tokens
