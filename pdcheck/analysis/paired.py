@@ -5,8 +5,9 @@ of indices (a ConfigError, which is a ValueError, otherwise). A record with `ok=
 request error, not a wrong answer: errors are counted per side and the question leaves the
 accuracy pairs. The numbers (see `stats.py` for the methods and why):
 
-- Δaccuracy = PD − baseline over the pairs, with Tango's score interval at `1 − alpha`
-  (95% by default) and the one-sided exact McNemar p-value for "PD is worse";
+- Δaccuracy = PD − baseline over the pairs, with Tango's score interval at `1 − 2·alpha`
+  (90% by default: each end is the one-sided bound the one-sided test matches) and the
+  one-sided exact McNemar p-value for "PD is worse";
 - Δinvalid rate (PD − baseline, positive is worse), with the same interval;
 - greedy agreement (`agreement.py`) and, when a control run exists, a one-sided Fisher test of
   PD's corruption-grade divergences against the control's (the baseline against a repeat of
@@ -130,6 +131,9 @@ class PairedComparison(Serializable):
     ci_low_pts: float | None
     ci_high_pts: float | None
     p_value: float
+    # PD's request failed where the baseline answered right: each is a PD-worse pair if the
+    # failed request would have been wrong (the worst case that request errors can hide).
+    pd_errors_baseline_right: int
     invalid_worse: int  # baseline valid, PD invalid
     invalid_better: int
     delta_invalid_pts: float | None
@@ -171,6 +175,11 @@ def _paired(
             "compare runs over the same question indices (same limit and offset)"
         )
     return [(base[i], oth[i]) for i in sorted(base) if base[i].ok and oth[i].ok]
+
+
+def _pd_errors_baseline_right(baseline: Records, pd: Records) -> int:
+    right = {r.index for r in baseline if r.ok and r.correct}
+    return sum(1 for r in pd if not r.ok and r.index in right)
 
 
 def _side_stats(records: Records) -> SideStats:
@@ -253,7 +262,8 @@ def compare_paired(
     better = sum(p.correct and not b.correct for b, p in pairs)
     inv_worse = sum(p.invalid and not b.invalid for b, p in pairs)
     inv_better = sum(b.invalid and not p.invalid for b, p in pairs)
-    confidence = 1 - alpha
+    # 1 − 2·alpha two-sided: each end is the one-sided bound at alpha that the test uses.
+    confidence = 1 - 2 * alpha
     delta, lo, hi = _pts_interval(worse, better, n, confidence)
     # Invalid is bad, so its Δ counts PD-invalid pairs as the "increase" side.
     d_inv, inv_lo, inv_hi = _pts_interval(inv_better, inv_worse, n, confidence)
@@ -278,6 +288,7 @@ def compare_paired(
         ci_low_pts=lo,
         ci_high_pts=hi,
         p_value=float(mcnemar_worse_p(worse, better)),
+        pd_errors_baseline_right=_pd_errors_baseline_right(baseline_records, pd_records),
         invalid_worse=inv_worse,
         invalid_better=inv_better,
         delta_invalid_pts=d_inv,

@@ -24,11 +24,11 @@ class EarlyStopped(Exception):
 class UnitStopper:
     """Pairs PD records with the baseline as they arrive; raises EarlyStopped when the test stops."""
 
-    def __init__(self, baseline: list[QuestionRecord], *, alpha: float, margin_pts: float):
+    def __init__(self, baseline: list[QuestionRecord], *, design):
         from pdcheck.analysis import SequentialTest
 
         self._baseline = {r.index: r for r in baseline}
-        self._test = SequentialTest(alpha=alpha, margin_pts=margin_pts)
+        self._test = SequentialTest(design)
 
     def feed(self, record: QuestionRecord) -> None:
         base = self._baseline.get(record.index)

@@ -307,8 +307,16 @@ class Engine:
             return None
         if not cs.unit_done("baseline", unit.concurrency, 0):
             return None
+        from pdcheck.analysis.design import Design
+
         baseline = read_records(cs.records_path("baseline", unit.concurrency, 0))
-        return UnitStopper(baseline, alpha=cell.analysis.alpha, margin_pts=cell.analysis.margin_pts)
+        design = Design.plan(
+            len(baseline),
+            alpha=cell.analysis.alpha,
+            margin_pts=cell.analysis.margin_pts,
+            early_stop=True,
+        )
+        return UnitStopper(baseline, design=design)
 
     # -- judging --------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ def test_large_noisy_drop_on_small_n_does_not_fail():
     v = decide(compare_paired(base, pd), policy=POLICY)
     assert v.verdict is Verdict.INCONCLUSIVE
     assert v.n_needed is not None and v.n_needed > 10
-    assert "needs n ≥" in v.reason
+    assert "needs about n ≥" in v.reason
 
 
 def test_well_powered_clean_run_passes():
@@ -109,13 +109,14 @@ def test_no_control_means_no_suspect():
 
 
 def test_run_to_run_jitter_raises_the_margin():
-    """A drop inside the noise floor measured by repeated baselines cannot fail, even if significant."""
+    """A drop whose upper bound is inside the noise floor measured by repeated baselines cannot
+    fail, even if significant."""
     base, pd = paired_sides(both=700, worse=50, better=10, neither=240)
     c = compare_paired(base, pd)
     assert decide(c, policy=POLICY).verdict is Verdict.REGRESSION
     noisy = side(
-        [True] * 780 + [False] * 220
-    )  # 78% against the baseline's 75%: std about 2.1 points
+        [True] * 800 + [False] * 200
+    )  # 80% against the baseline's 75%: std about 3.5 points, a floor of about 8
     v = decide(compare_paired(base, pd, baseline_repeats=[noisy]), policy=POLICY)
     assert v.effective_margin_pts > 4.0
     assert v.verdict is not Verdict.REGRESSION

@@ -161,7 +161,7 @@ def test_early_stop_ends_a_collapsing_unit_and_skips_higher_levels(sweep_file, s
     pd_c1 = cell.unit("pd", 1, 0)
     assert 0 < len(pd_c1.records()) < 16 and pd_c1.summary["early_stop"]["verdict"] == "REGRESSION"
     assert cell.verdicts[1].name == "REGRESSION" and cell.verdicts[1].reason.startswith(
-        "early stop: mixture SPRT"
+        "early stop: look"
     )
     assert cell.unit("pd", 4, 0) is None, "a level after a flagged one is not run"
     assert cell.verdicts[4].name == "REGRESSION" and "c1 was REGRESSION" in cell.verdicts[4].reason
