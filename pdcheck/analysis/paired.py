@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdcheck.analysis._serial import Serializable
-from pdcheck.analysis.agreement import Agreement, measure_agreement
+from pdcheck.analysis.agreement import Agreement, margin_jitter_nats, measure_agreement
 from pdcheck.analysis.power import Power, summarize_power
 from pdcheck.analysis.stats import fisher_greater_p, mcnemar_worse_p, tango_interval
 from pdcheck.errors import ConfigError
@@ -96,6 +96,11 @@ class ControlTest(Serializable):
     control_count: int
     control_pairs: int
     p_value: float
+    # The tie threshold both counts used: the policy's floor, raised to the jitter measured
+    # between PD and the baseline and between the control and the baseline (where they agree).
+    tie_epsilon_nats: float
+    pd_jitter_nats: float | None
+    control_jitter_nats: float | None
 
     @property
     def judged(self) -> bool:
@@ -206,20 +211,24 @@ def _accuracy(records: Records) -> float | None:
     return _side_stats(records).accuracy
 
 
+def _control_pairs(
+    baseline: Records, control: Records | None, baseline_repeats: Sequence[Records]
+) -> tuple[str, list[tuple[QuestionRecord, QuestionRecord]]] | None:
+    if control is not None:
+        return "control", _paired(baseline, control, "control")
+    if baseline_repeats:
+        return "baseline-repeat", _paired(baseline, baseline_repeats[0], "baseline-repeat")
+    return None
+
+
 def _control_test(
     agreement: Agreement,
-    baseline: Records,
-    control: Records | None,
-    baseline_repeats: Sequence[Records],
-    tie_epsilon_nats: float,
-) -> ControlTest | None:
-    if control is not None:
-        source, other = "control", control
-    elif baseline_repeats:
-        source, other = "baseline-repeat", baseline_repeats[0]
-    else:
-        return None
-    ctrl = measure_agreement(_paired(baseline, other, source), tie_epsilon_nats=tie_epsilon_nats)
+    control: tuple[str, list[tuple[QuestionRecord, QuestionRecord]]],
+    pd_jitter: float | None,
+    control_jitter: float | None,
+) -> ControlTest:
+    source, pairs = control
+    ctrl = measure_agreement(pairs, tie_epsilon_nats=agreement.tie_epsilon_nats)
     # Both sides are judged on the same basis, so a run without logprobs is compared fairly.
     with_margins = agreement.has_margins or ctrl.has_margins
     pd_count = agreement.n_corruption if with_margins else len(agreement.divergences)
@@ -232,6 +241,9 @@ def _control_test(
         control_count=ctrl_count,
         control_pairs=ctrl.n_pairs,
         p_value=fisher_greater_p(pd_count, agreement.n_pairs, ctrl_count, ctrl.n_pairs),
+        tie_epsilon_nats=agreement.tie_epsilon_nats,
+        pd_jitter_nats=pd_jitter,
+        control_jitter_nats=control_jitter,
     )
 
 
@@ -267,7 +279,14 @@ def compare_paired(
     delta, lo, hi = _pts_interval(worse, better, n, confidence)
     # Invalid is bad, so its Δ counts PD-invalid pairs as the "increase" side.
     d_inv, inv_lo, inv_hi = _pts_interval(inv_better, inv_worse, n, confidence)
-    agreement = measure_agreement(pairs, tie_epsilon_nats=tie_epsilon_nats)
+    # SUSPECT counts flips the measured jitter cannot explain: the tie threshold is the larger
+    # of the policy's floor and the jitter PD and the control each show against the baseline,
+    # so a PD whose numerics are noisier than the control's is not SUSPECT for that alone.
+    control_pairs = _control_pairs(baseline_records, control, baseline_repeats)
+    pd_jitter = margin_jitter_nats(pairs) if control_pairs else None
+    control_jitter = margin_jitter_nats(control_pairs[1]) if control_pairs else None
+    threshold = max([tie_epsilon_nats, *(j for j in (pd_jitter, control_jitter) if j is not None)])
+    agreement = measure_agreement(pairs, tie_epsilon_nats=threshold)
     pd_stats = _side_stats(pd_records)
     compat = None
     if expected_accuracy is not None and pd_stats.accuracy is not None:
@@ -295,9 +314,9 @@ def compare_paired(
         invalid_ci_low_pts=inv_lo,
         invalid_ci_high_pts=inv_hi,
         agreement=agreement,
-        control=_control_test(
-            agreement, baseline_records, control, baseline_repeats, tie_epsilon_nats
-        ),
+        control=None
+        if control_pairs is None
+        else _control_test(agreement, control_pairs, pd_jitter, control_jitter),
         jitter=Jitter(
             baseline_runs=tuple(
                 a for r in (baseline_records, *baseline_repeats) if (a := _accuracy(r)) is not None

@@ -169,6 +169,15 @@ def _infra_reason(
     return None
 
 
+def suspect_off(comparison: PairedComparison) -> str | None:
+    """Why the SUSPECT test did not run, said plainly in every non-flagged verdict."""
+    if comparison.control is None:
+        return "SUSPECT off: no control run (eval.repeats ≥ 2, or --control)"
+    if not comparison.control.judged:
+        return "SUSPECT off: no logprobs (eval.logprobs: true)"
+    return None
+
+
 def decide(
     comparison: PairedComparison,
     *,
@@ -203,7 +212,11 @@ def decide(
     )
     suspect_p = c.control.p_value if c.control is not None and c.control.judged else None
 
+    off = suspect_off(c)
+
     def verdict(v: Verdict, reason: str) -> CellVerdict:
+        if off is not None and v in (Verdict.PASS, Verdict.INCONCLUSIVE):
+            reason = f"{reason}; {off}"
         return CellVerdict(
             verdict=v,
             reason=reason,
