@@ -51,6 +51,7 @@ class FamilyMember(Serializable):
     within_margin: bool
     canary: bool = False
     worst_case_p: float | None = None  # sequential p with PD-only errors scored as PD-wrong
+    worst_case_within_margin: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,14 @@ def decide_family(members: Sequence[FamilyMember], *, alpha: float) -> tuple[Fam
         sensitive = False
         if not flag and m.worst_case_p is not None and m.worst_case_p < m.sequential_p:
             if m.canary:
-                sensitive = m.worst_case_p <= alpha
+                sensitive = m.worst_case_p <= alpha and not m.worst_case_within_margin
             else:
                 worst = [m.worst_case_p if j == i else members[j].sequential_p for j in clean]
-                sensitive = _flags(worst, within, alpha)[clean.index(i)]
+                worst_within = [
+                    m.worst_case_within_margin if j == i else members[j].within_margin
+                    for j in clean
+                ]
+                sensitive = _flags(worst, worst_within, alpha)[clean.index(i)]
         out.append(
             FamilyVerdict(
                 key=m.key,

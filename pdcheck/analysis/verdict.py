@@ -36,7 +36,7 @@ from pdcheck.analysis.design import Design
 from pdcheck.analysis.family import FamilyMember, FamilyVerdict, decide_family
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.power import PowerRule, power_rule, summarize_power
-from pdcheck.analysis.stats import mcnemar_worse_p, tango_interval
+from pdcheck.analysis.stats import tango_interval
 from pdcheck.config import AnalysisPolicy
 from pdcheck.errors import ExitCode
 
@@ -130,9 +130,11 @@ def single_test(comparison: PairedComparison, policy: AnalysisPolicy) -> TestDec
     design = Design.plan(
         max(c.n_pairs, 1), alpha=policy.alpha, margin_pts=effective_margin_pts(c, policy)
     )
-    outcome = design.outcome(len(design.looks) - 1, c.worse, c.better, c.n_pairs)
+    last = len(design.looks) - 1
+    outcome = design.outcome(last, c.worse, c.better, c.n_pairs)
     seq_p = design.sequential_p((outcome,))
-    worst = float(mcnemar_worse_p(c.worse + c.pd_errors_baseline_right, c.better))
+    hidden = c.pd_errors_baseline_right
+    worst = design.outcome(last, c.worse + hidden, c.better, c.n_pairs + hidden)
     (family,) = decide_family(
         [
             FamilyMember(
@@ -140,7 +142,8 @@ def single_test(comparison: PairedComparison, policy: AnalysisPolicy) -> TestDec
                 p_value=c.p_value,
                 sequential_p=seq_p,
                 within_margin=outcome.within_margin,
-                worst_case_p=worst if c.pd_errors_baseline_right else None,
+                worst_case_p=design.sequential_p((worst,)) if hidden else None,
+                worst_case_within_margin=worst.within_margin,
             )
         ],
         alpha=policy.alpha,
@@ -269,13 +272,20 @@ def decide(
             f"request errors could hide a drop: scoring PD's {c.pd_errors_baseline_right} failed "
             f"requests (where the baseline was right) as wrong gives a REGRESSION; {delta}, {p_text}",
         )
+    baseline_acc = c.baseline.accuracy
+    drop_pts = effective + policy.power_extra_pts
+    if baseline_acc is not None and baseline_acc < drop_pts / 100:
+        return verdict(
+            Verdict.INCONCLUSIVE,
+            f"the baseline answers {100 * baseline_acc:.1f}% right, so PD cannot lose "
+            f"{drop_pts:g} pts: the run cannot show a drop; {delta}",
+        )
     if d.within_margin:
         return verdict(
             Verdict.PASS,
             f"{stopped}within the margin: the drop is at most {-100 * lo:.2f} pts ≤ {effective:.2f} "
             f"({100 * (1 - design.equivalence_alpha):g}% one-sided bound); {delta}, {p_text}",
         )
-    baseline_acc = c.baseline.accuracy
     rule = power_rule(
         design,
         discordance=c.discordance,
@@ -283,16 +293,11 @@ def decide(
         baseline_accuracy=baseline_acc,
     )
     if rule.underpowered:
-        why = (
-            f"the baseline answers {100 * (baseline_acc or 0):.1f}% right, so it cannot lose "
-            f"{rule.drop_pts:g} pts"
-            if rule.power == 0 and baseline_acc is not None and baseline_acc < rule.drop_pts / 100
-            else f"needs about n ≥ {approx.n_needed_for_margin}"
-        )
         return verdict(
             Verdict.INCONCLUSIVE,
             f"underpowered: P(flag | drop {rule.drop_pts:g} pts) = {rule.power:.2f} < "
-            f"{rule.target:g} at n={c.n_pairs}, discordance {100 * c.discordance:.1f}%; {why}; {delta}",
+            f"{rule.target:g} at n={c.n_pairs}, discordance {100 * c.discordance:.1f}%; needs "
+            f"about n ≥ {approx.n_needed_for_margin}; {delta}",
         )
     return verdict(
         Verdict.PASS,
