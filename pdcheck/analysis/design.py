@@ -40,7 +40,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.analysis.stats import Bools, drop_within_margin, mcnemar_worse_p
 
 __all__ = ["EARLY_LOOK_PAIRS", "Design", "Look", "LookOutcome"]
@@ -55,7 +54,7 @@ QUARTER_SHARE = 0.03
 
 
 @dataclass(frozen=True)
-class Look(Serializable):
+class Look:
     """One planned look: after `pairs` pairs, with its share of the test's alpha."""
 
     pairs: int
@@ -65,7 +64,7 @@ class Look(Serializable):
 
 
 @dataclass(frozen=True)
-class LookOutcome(Serializable):
+class LookOutcome:
     """What one look found: its p-value, whether it rejected, whether the drop is within the margin."""
 
     look: int  # index into Design.looks
@@ -79,7 +78,7 @@ class LookOutcome(Serializable):
 
 
 @dataclass(frozen=True)
-class Design(Serializable):
+class Design:
     """The looks and levels of one test; see the module docstring."""
 
     alpha: float  # the run's alpha (family-wise)

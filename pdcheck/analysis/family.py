@@ -24,9 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pdcheck.analysis._serial import Serializable
-
-__all__ = ["FamilyMember", "FamilyVerdict", "decide_family", "holm_adjust"]
+__all__ = ["FamilyMember", "FamilyVerdict", "decide_alone", "decide_family", "holm_adjust"]
 
 
 def holm_adjust(p_values: Sequence[float]) -> tuple[float, ...]:
@@ -42,7 +40,7 @@ def holm_adjust(p_values: Sequence[float]) -> tuple[float, ...]:
 
 
 @dataclass(frozen=True)
-class FamilyMember(Serializable):
+class FamilyMember:
     """One test as the run sees it."""
 
     key: str  # e.g. "<cell id>@c8"
@@ -55,7 +53,7 @@ class FamilyMember(Serializable):
 
 
 @dataclass(frozen=True)
-class FamilyVerdict(Serializable):
+class FamilyVerdict:
     """The run-level decision for one test."""
 
     key: str
@@ -108,3 +106,29 @@ def decide_family(members: Sequence[FamilyMember], *, alpha: float) -> tuple[Fam
             )
         )
     return tuple(out)
+
+
+def decide_alone(member: FamilyMember, *, alpha: float, family_size: int) -> FamilyVerdict:
+    """One test's call before the rest of its family is known: Bonferroni at alpha / F.
+
+    Holm rejects everything this rejects (its first step is alpha / F), so a flag given here
+    stands; `decide_family` over the whole run can only add flags and error sensitivity.
+    """
+    size = 1 if member.canary else family_size
+    level = alpha / size
+    flagged = member.sequential_p <= level and not member.within_margin
+    sensitive = (
+        not flagged
+        and member.worst_case_p is not None
+        and member.worst_case_p <= level
+        and not member.worst_case_within_margin
+    )
+    return FamilyVerdict(
+        key=member.key,
+        p_value=member.p_value,
+        sequential_p=member.sequential_p,
+        adjusted_p=min(1.0, size * member.sequential_p),
+        family_size=size,
+        flagged=flagged,
+        error_sensitive=sensitive,
+    )

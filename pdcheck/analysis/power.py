@@ -125,7 +125,7 @@ def summarize_power(
 
 
 @dataclass(frozen=True)
-class Operating(Serializable):
+class Operating:
     """How a design behaves at one true (p_worse, p_better): exact, by dynamic programming."""
 
     p_worse: float
@@ -213,7 +213,7 @@ def drop_probabilities(discordance: float, drop: float) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
-class PowerRule(Serializable):
+class PowerRule:
     """The power rule: INCONCLUSIVE exactly when P(flag | drop = margin + extra) < target."""
 
     drop_pts: float

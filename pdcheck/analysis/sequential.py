@@ -37,7 +37,7 @@ class EarlyStop(Serializable):
 
 
 @dataclass(frozen=True)
-class SequentialResult(Serializable):
+class SequentialResult:
     """The test's looks so far and its sequential p-value (the run applies Holm to it)."""
 
     n_pairs: int
@@ -135,20 +135,25 @@ class SequentialTest:
 
 
 def sequential_result(
-    runs: Sequence[tuple[Sequence[QuestionRecord], Sequence[QuestionRecord]]], design: Design
+    runs: Sequence[tuple[Sequence[QuestionRecord], Sequence[QuestionRecord]]],
+    design: Design,
+    *,
+    pd_errors_wrong: bool = False,
 ) -> SequentialResult:
     """Replay (baseline, PD) record runs, repeat after repeat, PD records in file (finish) order.
 
     Questions that failed on either side are not pairs and are skipped, as during a live run.
+    With `pd_errors_wrong`, a PD request that failed where the baseline answered is a pair with
+    PD wrong: the worst case that request errors can hide.
     """
     test = SequentialTest(design)
     for baseline_records, pd_records in runs:
         base = {r.index: r for r in baseline_records}
         for r in pd_records:
             b = base.get(r.index)
-            if b is None or not (b.ok and r.ok):
+            if b is None or not b.ok or not (r.ok or pd_errors_wrong):
                 continue
-            test.add(baseline_correct=b.correct, pd_correct=r.correct)
+            test.add(baseline_correct=b.correct, pd_correct=r.ok and r.correct)
             if test.should_stop() is not None:
                 return test.result()
     return test.result()

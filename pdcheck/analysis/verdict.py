@@ -98,6 +98,11 @@ class CellVerdict(Serializable):
     family_size: int = 1
     power: float | None = None  # exact P(flag | drop = power_drop_pts) of this test's design
     power_drop_pts: float | None = None
+    # The test's own numbers, kept so the run can apply Holm over all its tests at the end.
+    sequential_p_value: float | None = None
+    within_margin: bool | None = None
+    worst_case_p_value: float | None = None
+    worst_case_within_margin: bool | None = None
 
 
 def noise_floor_pts(baseline_std: float | None, *, alpha: float) -> float:
@@ -114,14 +119,17 @@ def effective_margin_pts(comparison: PairedComparison, policy: AnalysisPolicy) -
 
 
 @dataclass(frozen=True)
-class TestDecision(Serializable):
-    """The statistical decision behind one verdict: the design, its looks and the run's call."""
+class TestDecision:
+    """The statistical decision behind one verdict: the design, the test's numbers and the run's call."""
 
     design: Design
-    sequential_p: float
-    within_margin: bool
+    member: FamilyMember
     family: FamilyVerdict
     early_stop: str | None = None  # the interim look's reason, when the test stopped early
+
+    @property
+    def within_margin(self) -> bool:
+        return self.member.within_margin
 
 
 def single_test(comparison: PairedComparison, policy: AnalysisPolicy) -> TestDecision:
@@ -135,22 +143,16 @@ def single_test(comparison: PairedComparison, policy: AnalysisPolicy) -> TestDec
     seq_p = design.sequential_p((outcome,))
     hidden = c.pd_errors_baseline_right
     worst = design.outcome(last, c.worse + hidden, c.better, c.n_pairs + hidden)
-    (family,) = decide_family(
-        [
-            FamilyMember(
-                key="compare",
-                p_value=c.p_value,
-                sequential_p=seq_p,
-                within_margin=outcome.within_margin,
-                worst_case_p=design.sequential_p((worst,)) if hidden else None,
-                worst_case_within_margin=worst.within_margin,
-            )
-        ],
-        alpha=policy.alpha,
+    member = FamilyMember(
+        key="compare",
+        p_value=c.p_value,
+        sequential_p=seq_p,
+        within_margin=outcome.within_margin,
+        worst_case_p=design.sequential_p((worst,)) if hidden else None,
+        worst_case_within_margin=worst.within_margin,
     )
-    return TestDecision(
-        design=design, sequential_p=seq_p, within_margin=outcome.within_margin, family=family
-    )
+    (family,) = decide_family([member], alpha=policy.alpha)
+    return TestDecision(design=design, member=member, family=family)
 
 
 def _infra_reason(
@@ -241,6 +243,10 @@ def decide(
             family_size=d.family.family_size,
             power=None if rule is None else rule.power,
             power_drop_pts=effective + policy.power_extra_pts,
+            sequential_p_value=d.member.sequential_p,
+            within_margin=d.member.within_margin,
+            worst_case_p_value=d.member.worst_case_p,
+            worst_case_within_margin=d.member.worst_case_within_margin,
         )
 
     infra = _infra_reason(c, infra_error, kv_transferred_tokens, policy.max_error_rate)

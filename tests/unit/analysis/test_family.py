@@ -6,12 +6,13 @@ import numpy as np
 
 from pdcheck.analysis import Verdict, compare_paired, decide
 from pdcheck.analysis.design import Design
-from pdcheck.analysis.family import FamilyMember, decide_family, holm_adjust
+from pdcheck.analysis.family import FamilyMember, decide_alone, decide_family, holm_adjust
+from pdcheck.analysis.sequential import sequential_result
 from pdcheck.analysis.stats import tango_interval
 from pdcheck.analysis.verdict import gate_exit_code
 from pdcheck.config import AnalysisPolicy
 from pdcheck.errors import ExitCode
-from tests.unit.analysis.builders import paired_sides, record
+from tests.unit.analysis.builders import paired_sides, record, side
 
 POLICY = AnalysisPolicy()
 
@@ -98,3 +99,30 @@ def test_interval_agrees_with_the_test():
             assert hi < 0, (worse, better, n)
         if bool(design.within_margin(worse, better, n)):
             assert lo >= -0.02 - 1e-9, (worse, better, n)
+
+
+def test_a_test_alone_is_judged_at_alpha_over_f_and_holm_keeps_its_flags():
+    """Before the family is known a test is judged at alpha / F (Bonferroni); every flag it
+    gives, Holm over the family gives too."""
+    rng = np.random.default_rng(8)
+    for _ in range(200):
+        ps = rng.uniform(0, 0.01, 24) ** rng.uniform(0.5, 2)
+        members = [
+            FamilyMember(key=str(i), p_value=p, sequential_p=p, within_margin=False)
+            for i, p in enumerate(ps)
+        ]
+        final = decide_family(members, alpha=0.05)
+        for m, f in zip(members, final, strict=True):
+            alone = decide_alone(m, alpha=0.05, family_size=24)
+            assert f.flagged or not alone.flagged
+            assert alone.adjusted_p >= f.adjusted_p - 1e-15
+
+
+def test_worst_case_replay_scores_pd_errors_as_wrong():
+    """The worst-case stream counts a PD error where the baseline was right as a PD-worse pair."""
+    base = side([True] * 10)
+    pd = [record(i, correct=False, ok=i >= 3) for i in range(10)]
+    design = Design.plan(10, alpha=0.05, margin_pts=2.0)
+    assert sequential_result([(base, pd)], design).n_pairs == 7
+    worst = sequential_result([(base, pd)], design, pd_errors_wrong=True)
+    assert (worst.n_pairs, worst.worse) == (10, 10)
