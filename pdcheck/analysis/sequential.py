@@ -82,34 +82,28 @@ class SequentialTest:
         o = self.design.outcome(k, self.worse, self.better, self.n_pairs)
         self._looks.append(o)
         drop = 100.0 * (self.worse - self.better) / self.n_pairs
+        margin = self.design.margin_pts
         if o.rejected:
-            self._stop = EarlyStop(
-                verdict=Verdict.REGRESSION,
-                n_pairs=o.n_pairs,
-                worse=o.worse,
-                better=o.better,
-                p_value=o.p_value,
-                threshold=o.threshold,
-                reason=(
-                    f"look {k + 1} after {o.n_pairs} pairs: McNemar p={o.p_value:.2g} ≤ "
-                    f"{o.threshold:.2g} (its share of alpha), drop {drop:.1f} pts, "
-                    f"a drop beyond {self.design.margin_pts:g} pts not excluded"
-                ),
+            verdict = Verdict.REGRESSION
+            why = (
+                f"McNemar p={o.p_value:.2g} ≤ {o.threshold:.2g} (its share of alpha), drop "
+                f"{drop:.1f} pts, a drop beyond {margin:g} pts not excluded"
             )
         elif o.within_margin and self.design.looks[k].equivalence:
-            self._stop = EarlyStop(
-                verdict=Verdict.PASS,
-                n_pairs=o.n_pairs,
-                worse=o.worse,
-                better=o.better,
-                p_value=o.p_value,
-                threshold=o.threshold,
-                reason=(
-                    f"look {k + 1} after {o.n_pairs} pairs: the drop is within the "
-                    f"{self.design.margin_pts:g}-pt margin (one-sided "
-                    f"{100 * (1 - self.design.equivalence_alpha):g}% bound), drop {drop:.1f} pts"
-                ),
-            )
+            verdict = Verdict.PASS
+            level = 100 * (1 - self.design.equivalence_alpha)
+            why = f"the drop is within the {margin:g}-pt margin (one-sided {level:g}% bound), drop {drop:.1f} pts"
+        else:
+            return
+        self._stop = EarlyStop(
+            verdict=verdict,
+            n_pairs=o.n_pairs,
+            worse=o.worse,
+            better=o.better,
+            p_value=o.p_value,
+            threshold=o.threshold,
+            reason=f"look {k + 1} after {o.n_pairs} pairs: {why}",
+        )
 
     def should_stop(self) -> EarlyStop | None:
         """The stopping decision reached so far, or None to keep going."""
