@@ -26,8 +26,9 @@ from pathlib import Path
 from pdcheck.config import expand_cells, parse_sweep
 from pdcheck.sweep.engine import Engine, SweepOptions
 from pdcheck.sweep.plan import distinct_server_configs
+from pdcheck.sweep.schema import SweepInfo
 from pdcheck.sweep.serving_backend import ServingBackend
-from pdcheck.sweep.store import Provenance, RunStore
+from pdcheck.sweep.store import Provenance, create_run
 
 HEAVY_LOCK = "/tmp/pdcheck-heavy.lock"
 MODELS = [
@@ -96,8 +97,11 @@ def sweep_spec(models: int, concurrency: list[int], limit: int) -> dict:
 
 def run_once(cells, root: Path, *, reuse: bool) -> dict:
     backend = LockedBackend(ServingBackend.for_cells(cells))
-    store = RunStore.create(
-        root, provenance=Provenance(), sweep={"name": "bench-sweep"}, environment={}
+    store = create_run(
+        root,
+        provenance=Provenance(),
+        sweep=SweepInfo(name="bench-sweep", file="bench-sweep.yaml", sha256="-"),
+        environment={},
     )
     start = time.monotonic()
     result = Engine(cells, store=store, backend=backend, options=SweepOptions(reuse=reuse)).run()

@@ -4,6 +4,7 @@ Hierarchy (what callers catch is a base class)::
 
     PdcheckError                      exit 2 unless a subclass says otherwise
     ├── ConfigError                   exit 3: a sweep file or option is wrong; nothing started
+    │   ├── ResultsFileError          a results folder's file is unreadable or of an unsupported version
     │   └── SweepFileError            with file, line and dotted key path
     │       └── SweepFileErrors       several, each with its own line and key path
     ├── DatasetError                  exit 2: GSM8K could not be loaded; says how to provide it
@@ -36,6 +37,7 @@ __all__ = [
     "NoKvTransferred",
     "PdcheckError",
     "PortUnavailable",
+    "ResultsFileError",
     "ServerCrashed",
     "ServerStartTimeout",
     "SweepFileError",
@@ -165,6 +167,17 @@ class VllmIncompatible(PdcheckError):
 
 class HarnessError(PdcheckError):
     """The race harness could not run (vLLM missing or incompatible, bad workload)."""
+
+
+class ResultsFileError(ConfigError):
+    """A results folder's file cannot be read: not JSON, an unsupported schema version, or a wrong shape.
+
+    Names the file; nothing is started or written.
+    """
+
+    def __init__(self, message: str, *, path: object):
+        self.path = str(path)
+        super().__init__(message)
 
 
 class BisectError(PdcheckError):

@@ -88,6 +88,7 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 def pytest_sessionfinish(session, exitstatus) -> None:
     if not session.config.getoption("pdcheck_sweep"):
         return
+    from pdcheck.report import render_markdown
     from pdcheck.sweep.pytest_items import finish_session
 
-    finish_session(session.config)
+    finish_session(session.config, render_report=render_markdown)

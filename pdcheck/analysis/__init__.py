@@ -4,10 +4,23 @@ Pure functions on `QuestionRecord`s and numpy arrays; no I/O, no vLLM. See docs/
 """
 
 from pdcheck.analysis.attribution import ArmObservation, Attribution, attribute
-from pdcheck.analysis.injection import InjectionPrecision, injection_precision
+from pdcheck.analysis.injection import (
+    InjectionPrecision,
+    divergence_precision,
+    injection_precision,
+)
 from pdcheck.analysis.paired import PairedComparison, compare_paired
 from pdcheck.analysis.sequential import EarlyStop, SequentialTest
-from pdcheck.analysis.verdict import CanaryStatus, CellVerdict, Verdict, canary_status, decide
+from pdcheck.analysis.verdict import (
+    CanaryStatus,
+    CellVerdict,
+    Outcome,
+    Status,
+    Verdict,
+    canary_status,
+    decide,
+    judge,
+)
 
 __all__ = [
     "ArmObservation",
@@ -16,12 +29,16 @@ __all__ = [
     "CellVerdict",
     "EarlyStop",
     "InjectionPrecision",
+    "Outcome",
     "PairedComparison",
     "SequentialTest",
+    "Status",
     "Verdict",
     "attribute",
     "canary_status",
     "compare_paired",
     "decide",
+    "divergence_precision",
     "injection_precision",
+    "judge",
 ]

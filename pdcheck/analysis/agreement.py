@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.evals.records import QuestionRecord
 
 __all__ = [
@@ -47,7 +46,7 @@ MIN_JITTER_POSITIONS = 200
 
 
 @dataclass(frozen=True)
-class Divergence(Serializable):
+class Divergence:
     """Where one question's two completions first differ, and how sure the baseline was there."""
 
     index: int
@@ -57,7 +56,7 @@ class Divergence(Serializable):
 
 
 @dataclass(frozen=True)
-class Agreement(Serializable):
+class Agreement:
     """Token-for-token agreement over the pairs answered on both sides."""
 
     n_pairs: int
@@ -83,7 +82,7 @@ class Agreement(Serializable):
         return self.n_tie + self.n_corruption > 0
 
 
-def _sequence(record: QuestionRecord) -> tuple[Sequence[object], str]:
+def _sequence(record: QuestionRecord) -> tuple[Sequence[int] | Sequence[str] | str, str]:
     if record.token_ids is not None:
         return record.token_ids, "tokens"
     if record.logprobs is not None:

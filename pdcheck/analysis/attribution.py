@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.config import Cell
 
@@ -34,7 +33,7 @@ __all__ = ["HARNESS_FAMILIES", "RULES", "ArmObservation", "Attribution", "attrib
 
 
 @dataclass(frozen=True)
-class ArmObservation(Serializable):
+class ArmObservation:
     """One arm of a sweep (a cell) as attribution sees it."""
 
     cell: str
@@ -89,7 +88,7 @@ class ArmObservation(Serializable):
 
 
 @dataclass(frozen=True)
-class Attribution(Serializable):
+class Attribution:
     """A named likely race, the rule that named it, and the observations behind it."""
 
     race: str
@@ -98,10 +97,11 @@ class Attribution(Serializable):
     evidence: tuple[str, ...]
 
 
-def _counterpart(
-    arm: ArmObservation, peers: Sequence[ArmObservation], **changes
-) -> ArmObservation | None:
-    want = {
+Peers = Sequence["ArmObservation"]
+
+
+def _counterpart(arm: ArmObservation, peers: Peers, **changes: object) -> ArmObservation | None:
+    want: dict[str, object] = {
         "async_scheduling": arm.async_scheduling,
         "disabled_fixes": tuple(sorted(arm.disabled_fixes)),
         "inject": arm.inject,
@@ -111,6 +111,11 @@ def _counterpart(
         if p is not arm and all(getattr(p, k) == v for k, v in want.items()):
             return p
     return None
+
+
+def _described(arm: ArmObservation | None) -> str:
+    """A counterpart in an evidence line (a rule only holds when it exists)."""
+    return arm.describe() if arm is not None else "(no counterpart)"
 
 
 def _without(arm: ArmObservation, fix: str) -> tuple[str, ...]:
@@ -136,7 +141,7 @@ class Rule:
 
 
 def _fix_rule(fix: str, *, hybrid_only: bool) -> Rule:
-    def holds(arm, peers):
+    def holds(arm: ArmObservation, peers: Peers) -> bool:
         if not (arm.inject is None and fix in arm.disabled_fixes and arm.flagged):
             return False
         if hybrid_only and arm.kind != "hybrid":
@@ -144,11 +149,11 @@ def _fix_rule(fix: str, *, hybrid_only: bool) -> Rule:
         other = _counterpart(arm, peers, disabled_fixes=_without(arm, fix))
         return other is not None and other.passes
 
-    def evidence(arm, peers):
+    def evidence(arm: ArmObservation, peers: Peers) -> tuple[str, ...]:
         other = _counterpart(arm, peers, disabled_fixes=_without(arm, fix))
-        lines = (
+        lines: tuple[str, ...] = (
             f"flagged with the {fix} fix off: {arm.describe()}",
-            f"recovers with it on: {other.describe()}",
+            f"recovers with it on: {_described(other)}",
         )
         if fix == "zeroing":
             lines += (
@@ -159,7 +164,7 @@ def _fix_rule(fix: str, *, hybrid_only: bool) -> Rule:
     return Rule(name=f"{fix}-fix", race=lambda arm: fix, holds=holds, evidence=evidence)
 
 
-def _both_fixes_holds(arm, peers):
+def _both_fixes_holds(arm: ArmObservation, peers: Peers) -> bool:
     if (
         arm.inject is not None
         or set(arm.disabled_fixes) != {"block-reuse", "zeroing"}
@@ -171,7 +176,7 @@ def _both_fixes_holds(arm, peers):
     return fixed is not None and fixed.passes and all(s is None for s in single)
 
 
-def _scheduling_holds(arm, peers):
+def _scheduling_holds(arm: ArmObservation, peers: Peers) -> bool:
     if arm.inject is not None or not arm.async_scheduling or not arm.flagged:
         return False
     sync = _counterpart(arm, peers, async_scheduling=False)
@@ -182,7 +187,7 @@ def _scheduling_holds(arm, peers):
 RULES: tuple[Rule, ...] = (
     Rule(
         name="injected",
-        race=lambda arm: f"injected:{arm.inject.partition(':')[0]}",
+        race=lambda arm: f"injected:{(arm.inject or '').partition(':')[0]}",
         holds=lambda arm, peers: arm.inject is not None and arm.flagged,
         evidence=lambda arm, peers: (
             f"fault {arm.inject} injected on the decoder and flagged: {arm.describe()}",
@@ -196,7 +201,7 @@ RULES: tuple[Rule, ...] = (
         holds=_both_fixes_holds,
         evidence=lambda arm, peers: (
             f"flagged with both fixes off: {arm.describe()}",
-            f"recovers with both on: {_counterpart(arm, peers, disabled_fixes=()).describe()}",
+            f"recovers with both on: {_described(_counterpart(arm, peers, disabled_fixes=()))}",
             "no single-fix arm (block-reuse-off, zeroing-off) to tell the two apart",
         ),
     ),
@@ -206,7 +211,7 @@ RULES: tuple[Rule, ...] = (
         holds=_scheduling_holds,
         evidence=lambda arm, peers: (
             f"fails with async scheduling on: {arm.describe()}",
-            f"passes with async off: {_counterpart(arm, peers, async_scheduling=False).describe()}",
+            f"passes with async off: {_described(_counterpart(arm, peers, async_scheduling=False))}",
             _trend_line(arm),
         ),
     ),

@@ -15,9 +15,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdcheck.analysis._serial import Serializable
+from pdcheck.analysis.agreement import CORRUPTION, Agreement
 
-__all__ = ["InjectionPrecision", "injected_indices", "injection_precision"]
+__all__ = [
+    "InjectionPrecision",
+    "divergence_precision",
+    "flagged_questions",
+    "injected_indices",
+    "injection_precision",
+]
 
 _QUESTION_SUFFIX = re.compile(r"-q(\d+)$")
 # How many example indices to keep per list; the counts are always exact.
@@ -48,7 +54,7 @@ def injected_indices(
 
 
 @dataclass(frozen=True)
-class InjectionPrecision(Serializable):
+class InjectionPrecision:
     """Flagged questions against injected ones."""
 
     n_injected: int
@@ -87,4 +93,28 @@ def injection_precision(
         recall=len(hits) / len(injected) if injected else None,
         false_positives=tuple(sorted(flagged_set - injected)[:_EXAMPLES]),
         missed=tuple(sorted(injected - flagged_set)[:_EXAMPLES]),
+    )
+
+
+def flagged_questions(agreement: Agreement) -> list[int]:
+    """The questions the agreement check flags: corruption-grade divergences.
+
+    A near-tie flip is numeric jitter, not damage, so it is not a flag. Without logprobs no
+    divergence can be graded, and every divergence counts.
+    """
+    divergences = agreement.divergences
+    graded = any(d.margin_nats is not None for d in divergences)
+    return [d.index for d in divergences if not graded or d.grade == CORRUPTION]
+
+
+def divergence_precision(
+    injections: Iterable[Mapping[str, Any] | str],
+    agreement: Agreement,
+    *,
+    run_tag: str | None = None,
+    questions: Iterable[int] | None = None,
+) -> InjectionPrecision:
+    """Precision and recall of the agreement check's flags (`flagged_questions`) against the log."""
+    return injection_precision(
+        injections, flagged_questions(agreement), run_tag=run_tag, questions=questions
     )

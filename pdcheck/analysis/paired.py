@@ -23,7 +23,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.analysis.agreement import Agreement, margin_jitter_nats, measure_agreement
 from pdcheck.analysis.power import Power, summarize_power
 from pdcheck.analysis.stats import fisher_greater_p, mcnemar_worse_p, tango_interval
@@ -43,7 +42,7 @@ Records = Sequence[QuestionRecord]
 
 
 @dataclass(frozen=True)
-class SideStats(Serializable):
+class SideStats:
     """One side's own numbers; accuracy and invalid rate are over its successful records."""
 
     n_records: int
@@ -58,7 +57,7 @@ class SideStats(Serializable):
 
 
 @dataclass(frozen=True)
-class Jitter(Serializable):
+class Jitter:
     """Accuracy over repeated runs of one configuration: vLLM's 5-run table, per side."""
 
     baseline_runs: tuple[float, ...]
@@ -86,7 +85,7 @@ class Jitter(Serializable):
 
 
 @dataclass(frozen=True)
-class ControlTest(Serializable):
+class ControlTest:
     """PD's suspect divergences against a control's, one-sided Fisher exact test."""
 
     source: str  # "control" (given) or "baseline-repeat"
@@ -98,9 +97,10 @@ class ControlTest(Serializable):
     p_value: float
     # The tie threshold both counts used: the policy's floor, raised to the jitter measured
     # between PD and the baseline and between the control and the baseline (where they agree).
-    tie_epsilon_nats: float
-    pd_jitter_nats: float | None
-    control_jitter_nats: float | None
+    # None in a comparison stored before issue 17.
+    tie_epsilon_nats: float | None = None
+    pd_jitter_nats: float | None = None
+    control_jitter_nats: float | None = None
 
     @property
     def judged(self) -> bool:
@@ -113,7 +113,7 @@ class ControlTest(Serializable):
 
 
 @dataclass(frozen=True)
-class Compatibility(Serializable):
+class Compatibility:
     """vLLM's own gate, |PD accuracy − expected| < rtol: information only, never the verdict."""
 
     expected_accuracy: float
@@ -123,7 +123,7 @@ class Compatibility(Serializable):
 
 
 @dataclass(frozen=True)
-class PairedComparison(Serializable):
+class PairedComparison:
     """Everything the paired analysis found for one PD run against its baseline."""
 
     alpha: float
@@ -136,9 +136,6 @@ class PairedComparison(Serializable):
     ci_low_pts: float | None
     ci_high_pts: float | None
     p_value: float
-    # PD's request failed where the baseline answered right: each is a PD-worse pair if the
-    # failed request would have been wrong (the worst case that request errors can hide).
-    pd_errors_baseline_right: int
     invalid_worse: int  # baseline valid, PD invalid
     invalid_better: int
     delta_invalid_pts: float | None
@@ -149,6 +146,10 @@ class PairedComparison(Serializable):
     jitter: Jitter
     power: Power
     compatibility: Compatibility | None
+    # PD's request failed where the baseline answered right: each is a PD-worse pair if the
+    # failed request would have been wrong (the worst case that request errors can hide).
+    # 0 in a comparison stored before issue 17.
+    pd_errors_baseline_right: int = 0
 
     @property
     def discordance(self) -> float:

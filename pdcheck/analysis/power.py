@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 from scipy import optimize, signal, stats
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.stats import Floats
 
@@ -82,7 +81,7 @@ def n_needed(drop: float, *, discordance: float, alpha: float, power: float = DE
 
 
 @dataclass(frozen=True)
-class Power(Serializable):
+class Power:
     """What this run could detect: the MDE at its n, and the n the margin needs."""
 
     n_pairs: int

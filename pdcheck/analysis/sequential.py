@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.analysis.design import Design, LookOutcome
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.evals.records import QuestionRecord
@@ -24,16 +23,17 @@ __all__ = ["EarlyStop", "SequentialResult", "SequentialTest", "replay", "sequent
 
 
 @dataclass(frozen=True)
-class EarlyStop(Serializable):
+class EarlyStop:
     """The decision to stop a test at an interim look, with where and why."""
 
     verdict: Verdict  # REGRESSION, or PASS when the margin was shown
     n_pairs: int
     worse: int
     better: int
-    p_value: float
-    threshold: float
     reason: str
+    # None in a stop recorded before issue 17 (the mixture SPRT had no per-look p-value).
+    p_value: float | None = None
+    threshold: float | None = None
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from scipy import stats
 
-from pdcheck.analysis._serial import Serializable
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.family import FamilyMember, FamilyVerdict, decide_family
 from pdcheck.analysis.paired import PairedComparison
@@ -40,14 +42,21 @@ from pdcheck.analysis.stats import tango_interval
 from pdcheck.config import AnalysisPolicy
 from pdcheck.errors import ExitCode
 
+_Key = TypeVar("_Key", bound=str)
+
 __all__ = [
     "CanaryStatus",
     "CellVerdict",
+    "Outcome",
+    "Status",
     "TestDecision",
     "Verdict",
     "canary_status",
+    "count",
     "decide",
     "gate_exit_code",
+    "judge",
+    "run_exit_code",
     "single_test",
 ]
 
@@ -75,27 +84,31 @@ class Verdict(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class CellVerdict(Serializable):
-    """One cell's verdict at one concurrency, with a one-line reason and the numbers behind it."""
+class CellVerdict:
+    """One cell's verdict at one concurrency, with a one-line reason and the numbers behind it.
+
+    The numbers are None for a level that was not judged from a comparison (its units failed,
+    or an early stop carried a lower level's verdict to it).
+    """
 
     verdict: Verdict
     reason: str
-    n_pairs: int
-    delta_pts: float | None
-    ci_low_pts: float | None
-    ci_high_pts: float | None
-    p_value: float
-    alpha: float
-    margin_pts: float
-    effective_margin_pts: float
-    mde_pts: float
-    n_needed: int | None
-    baseline_errors: int
-    pd_errors: int
-    suspect_p_value: float | None
-    kv_transferred_tokens: int | None
+    n_pairs: int | None = None
+    delta_pts: float | None = None
+    ci_low_pts: float | None = None
+    ci_high_pts: float | None = None
+    p_value: float | None = None
+    alpha: float | None = None
+    margin_pts: float | None = None
+    effective_margin_pts: float | None = None
+    mde_pts: float | None = None
+    n_needed: int | None = None
+    baseline_errors: int | None = None
+    pd_errors: int | None = None
+    suspect_p_value: float | None = None
+    kv_transferred_tokens: int | None = None
     adjusted_p_value: float | None = None  # Holm-adjusted over the run's clean tests
-    family_size: int = 1
+    family_size: int | None = None
     power: float | None = None  # exact P(flag | drop = power_drop_pts) of this test's design
     power_drop_pts: float | None = None
     # The test's own numbers, kept so the run can apply Holm over all its tests at the end.
@@ -103,6 +116,7 @@ class CellVerdict(Serializable):
     within_margin: bool | None = None
     worst_case_p_value: float | None = None
     worst_case_within_margin: bool | None = None
+    design: Design | None = None  # the test's looks and levels
 
 
 def noise_floor_pts(baseline_std: float | None, *, alpha: float) -> float:
@@ -126,6 +140,10 @@ class TestDecision:
     member: FamilyMember
     family: FamilyVerdict
     early_stop: str | None = None  # the interim look's reason, when the test stopped early
+    # The test's pairs (every repeat pooled) at its last look; the interval and Δ use them.
+    worse: int = 0
+    better: int = 0
+    n_pairs: int = 0
 
     @property
     def within_margin(self) -> bool:
@@ -152,7 +170,14 @@ def single_test(comparison: PairedComparison, policy: AnalysisPolicy) -> TestDec
         worst_case_within_margin=worst.within_margin,
     )
     (family,) = decide_family([member], alpha=policy.alpha)
-    return TestDecision(design=design, member=member, family=family)
+    return TestDecision(
+        design=design,
+        member=member,
+        family=family,
+        worse=c.worse,
+        better=c.better,
+        n_pairs=c.n_pairs,
+    )
 
 
 def _infra_reason(
@@ -201,20 +226,21 @@ def decide(
     design = d.design
     effective = design.margin_pts
     alpha_test = design.alpha_test
+    # The test's pairs: every repeat pooled (the comparison's tables show repeat 0).
+    n, worse, better = d.n_pairs, d.worse, d.better
+    discordance = (worse + better) / n if n else 0.0
+    delta_pts = 100.0 * (better - worse) / n if n else None
+    p_raw = d.member.p_value
     # Informational (Connor's normal approximation): the exact rule is `rule` below.
     approx = summarize_power(
-        n_pairs=c.n_pairs,
-        discordance=c.discordance,
+        n_pairs=n,
+        discordance=discordance,
         alpha=alpha_test,
         margin_pts=effective + policy.power_extra_pts,
     )
     rule: PowerRule | None = None
     level = 1 - 2 * design.equivalence_alpha
-    lo, hi = (
-        tango_interval(c.worse, c.better, c.n_pairs, confidence=level)
-        if c.n_pairs
-        else (math.nan, math.nan)
-    )
+    lo, hi = tango_interval(worse, better, n, confidence=level) if n else (math.nan, math.nan)
     suspect_p = c.control.p_value if c.control is not None and c.control.judged else None
 
     off = suspect_off(c)
@@ -225,11 +251,11 @@ def decide(
         return CellVerdict(
             verdict=v,
             reason=reason,
-            n_pairs=c.n_pairs,
-            delta_pts=c.delta_pts,
-            ci_low_pts=100 * lo if c.n_pairs else None,
-            ci_high_pts=100 * hi if c.n_pairs else None,
-            p_value=c.p_value,
+            n_pairs=n,
+            delta_pts=delta_pts,
+            ci_low_pts=100 * lo if n else None,
+            ci_high_pts=100 * hi if n else None,
+            p_value=p_raw,
             alpha=policy.alpha,
             margin_pts=policy.margin_pts,
             effective_margin_pts=effective,
@@ -247,14 +273,15 @@ def decide(
             within_margin=d.member.within_margin,
             worst_case_p_value=d.member.worst_case_p,
             worst_case_within_margin=d.member.worst_case_within_margin,
+            design=design,
         )
 
     infra = _infra_reason(c, infra_error, kv_transferred_tokens, policy.max_error_rate)
     if infra is not None:
         return verdict(Verdict.INFRA_ERROR, infra)
-    delta = f"Δ {c.delta_pts:+.2f} pts, {100 * level:g}% CI [{100 * lo:+.2f}, {100 * hi:+.2f}]"
+    delta = f"Δ {delta_pts:+.2f} pts, {100 * level:g}% CI [{100 * lo:+.2f}, {100 * hi:+.2f}]"
     p_text = (
-        f"p={c.p_value:.2g} raw, {d.family.adjusted_p:.2g} adjusted "
+        f"p={p_raw:.2g} raw, {d.family.adjusted_p:.2g} adjusted "
         f"(Holm over {d.family.family_size} test{'s' if d.family.family_size > 1 else ''})"
     )
     stopped = f"early stop, {d.early_stop}; " if d.early_stop else ""
@@ -262,10 +289,10 @@ def decide(
         return verdict(
             Verdict.REGRESSION,
             f"{stopped}PD lost accuracy: {delta}, {p_text} ≤ {policy.alpha:g}; a drop beyond "
-            f"the {effective:.2f}-pt margin is not excluded (n={c.n_pairs})",
+            f"the {effective:.2f}-pt margin is not excluded (n={n})",
         )
-    if suspect_p is not None and suspect_p < policy.alpha and c.control is not None:
-        ct = c.control
+    ct = c.control
+    if ct is not None and suspect_p is not None and suspect_p < policy.alpha:
         return verdict(
             Verdict.SUSPECT,
             f"{ct.pd_count}/{ct.pd_pairs} {ct.basis} divergences vs {ct.control_count}/{ct.control_pairs} "
@@ -294,7 +321,7 @@ def decide(
         )
     rule = power_rule(
         design,
-        discordance=c.discordance,
+        discordance=discordance,
         extra_pts=policy.power_extra_pts,
         baseline_accuracy=baseline_acc,
     )
@@ -302,7 +329,7 @@ def decide(
         return verdict(
             Verdict.INCONCLUSIVE,
             f"underpowered: P(flag | drop {rule.drop_pts:g} pts) = {rule.power:.2f} < "
-            f"{rule.target:g} at n={c.n_pairs}, discordance {100 * c.discordance:.1f}%; needs "
+            f"{rule.target:g} at n={n}, discordance {100 * discordance:.1f}%; needs "
             f"about n ≥ {approx.n_needed_for_margin}; {delta}",
         )
     return verdict(
@@ -332,11 +359,78 @@ class CanaryStatus(enum.StrEnum):
 def canary_status(verdict: Verdict) -> CanaryStatus:
     """A canary arm (fixes off, injected faults) exists to be flagged; anything else is a detection failure.
 
-    INCONCLUSIVE counts as FAILED, as in `pdcheck.sweep.outcomes`: a canary too small to be seen
-    proves the suite cannot see the race at this n.
+    INCONCLUSIVE counts as FAILED: a canary too small to be seen proves the suite cannot see the
+    race at this n.
     """
     if verdict.flagged:
         return CanaryStatus.OK
     if verdict is Verdict.INFRA_ERROR:
         return CanaryStatus.UNKNOWN
     return CanaryStatus.FAILED
+
+
+class Status(enum.StrEnum):
+    """What a verdict means for a cell once the canary logic has run: drives junit and the exit code."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    INFRA = "infra"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A verdict judged against what the arm expects (see `judge`)."""
+
+    status: Status
+    verdict: Verdict
+    canary: bool
+    reason: str
+
+
+def judge(
+    verdict: Verdict, reason: str, *, canary: bool, allow_inconclusive: bool = False
+) -> Outcome:
+    """The canary logic: for a canary arm (injected faults, fixes off) a flag is the expected result.
+
+    A canary that comes out PASS or INCONCLUSIVE is a failure: the suite lost its detection power.
+    A clean INCONCLUSIVE fails the gate too unless the policy allows it (`gate_exit_code`).
+    """
+    if verdict is Verdict.INFRA_ERROR:
+        return Outcome(Status.INFRA, verdict, canary, reason)
+    if canary:
+        if canary_status(verdict) is CanaryStatus.OK:
+            return Outcome(Status.PASS, verdict, canary, f"canary flagged as expected: {reason}")
+        return Outcome(
+            Status.FAIL,
+            verdict,
+            canary,
+            f"canary NOT flagged ({verdict}): the suite lost its detection power; {reason}",
+        )
+    if verdict.flagged:
+        return Outcome(Status.FAIL, verdict, canary, reason)
+    if verdict is Verdict.INCONCLUSIVE:
+        if gate_exit_code(verdict, allow_inconclusive=allow_inconclusive) is ExitCode.OK:
+            return Outcome(Status.INCONCLUSIVE, verdict, canary, reason)
+        return Outcome(
+            Status.FAIL,
+            verdict,
+            canary,
+            f"we could not tell, which fails the gate (analysis.allow_inconclusive is false): {reason}",
+        )
+    return Outcome(Status.PASS, verdict, canary, reason)
+
+
+def run_exit_code(statuses: Iterable[Status]) -> ExitCode:
+    """A run's exit code: 1 beats 2, since a real failure is the more important news; 2 when only infra went wrong."""
+    seen = set(statuses)
+    if Status.FAIL in seen:
+        return ExitCode.FAILED
+    if Status.INFRA in seen:
+        return ExitCode.INFRA
+    return ExitCode.OK
+
+
+def count(values: Iterable[_Key]) -> dict[_Key, int]:
+    """How often each status or verdict occurs, keys sorted (as summary.json lists them)."""
+    return dict(sorted(Counter(values).items()))

@@ -10,6 +10,7 @@ import click
 from rich.markdown import Markdown
 
 from pdcheck.bisect import BisectConfig, plan_bisect, run_bisect
+from pdcheck.bisect.config import Predicate
 from pdcheck.cli._common import console
 from pdcheck.config import cache_dir
 from pdcheck.errors import BisectError, ExitCode
@@ -115,7 +116,12 @@ def bisect(
     cached per commit, so re-running or widening a bisect reuses earlier steps.
     Exit: 0 first bad commit found, 1 only skipped commits were left, 3 bad input.
     """
-    chosen = [p for p, on in (("race", use_race), ("sweep", sweep_file), ("cmd", cmd)) if on]
+    options: tuple[tuple[Predicate, object], ...] = (
+        ("race", use_race),
+        ("sweep", sweep_file),
+        ("cmd", cmd),
+    )
+    chosen = [p for p, on in options if on]
     if len(chosen) != 1:
         raise click.UsageError(
             "choose exactly one predicate: --race, --sweep FILE --only CELL, or --cmd CMD"

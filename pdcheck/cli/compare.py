@@ -10,9 +10,16 @@ from __future__ import annotations
 import json
 
 import click
+import msgspec
 from rich.table import Table
 
-from pdcheck.analysis import PairedComparison, Verdict, compare_paired, decide, injection_precision
+from pdcheck.analysis import (
+    PairedComparison,
+    Verdict,
+    compare_paired,
+    decide,
+    divergence_precision,
+)
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.sequential import replay
 from pdcheck.analysis.verdict import gate_exit_code
@@ -39,7 +46,7 @@ def _tables(c: PairedComparison) -> list[Table]:
         ("baseline", c.baseline, c.jitter.baseline_mean, c.jitter.baseline_std),
         ("pd", c.pd, c.jitter.pd_mean, c.jitter.pd_std),
     ):
-        runs = "-" if std is None else f"{100 * mean:.2f} ± {100 * std:.2f}"
+        runs = "-" if mean is None or std is None else f"{100 * mean:.2f} ± {100 * std:.2f}"
         sides.add_row(
             name,
             str(s.n_records),
@@ -169,7 +176,8 @@ def _tables(c: PairedComparison) -> list[Table]:
 @click.option(
     "--injections",
     type=_FILE,
-    help="The plugin's injections.jsonl: precision/recall of divergences.",
+    help="The plugin's injections.jsonl: precision/recall of the corruption-grade divergences "
+    "(every divergence when no logprobs were recorded).",
 )
 @click.option("--run-tag", help="Only injections of this run tag (X-Request-Id prefix) count.")
 @click.option(
@@ -234,21 +242,20 @@ def compare(
     if injections:
         with open(injections, encoding="utf-8") as f:
             log = [json.loads(line) for line in f if line.strip()]
-        precision = injection_precision(
-            log,
-            [d.index for d in comparison.agreement.divergences],
-            run_tag=run_tag,
-            questions=[r.index for r in pd_records],
+        precision = divergence_precision(
+            log, comparison.agreement, run_tag=run_tag, questions=[r.index for r in pd_records]
         )
     if as_json:
         click.echo(
             json.dumps(
-                {
-                    "comparison": comparison.to_dict(),
-                    "verdict": verdict.to_dict(),
-                    "early_stop": stop.to_dict() if stop else None,
-                    "injection_precision": precision.to_dict() if precision else None,
-                },
+                msgspec.to_builtins(
+                    {
+                        "comparison": comparison,
+                        "verdict": verdict,
+                        "early_stop": stop,
+                        "injection_precision": precision,
+                    }
+                ),
                 indent=2,
             )
         )

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import click
+import msgspec
 from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -218,7 +219,7 @@ def eval_cmd(
             on_record=_ProgressBar(progress, len(indices), done),
         )
     if summary_out is not None:
-        summary_out.write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+        summary_out.write_text(json.dumps(msgspec.to_builtins(summary), indent=2) + "\n")
     console.print(_summary_table(summary, out))
     if summary.error_rate > 0:
         failed = round(summary.error_rate * summary.n)

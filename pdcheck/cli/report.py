@@ -58,7 +58,7 @@ def report(
     2 infra errors only, 3 when RESULTS_DIR is not a results folder.
     """
     from pdcheck.report import render_json, render_junit, render_markdown
-    from pdcheck.sweep.summary import summarize
+    from pdcheck.sweep.summary import run_summary
 
     run = _load(results_dir)
     against = _load(against_dir) if against_dir is not None else None
@@ -74,4 +74,4 @@ def report(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
         err_console.print(f"wrote {out} ({len(text):,} characters)")
-    raise click.exceptions.Exit(int(ExitCode(summarize(run)["exit_code"])))
+    raise click.exceptions.Exit(int(ExitCode(run_summary(run).exit_code)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.live import Live
@@ -11,6 +12,9 @@ from rich.table import Table
 from pdcheck.cli._common import console, err_console
 from pdcheck.cli.validate import list_option, shipped_sweeps_table
 from pdcheck.errors import ConfigError, ExitCode
+
+if TYPE_CHECKING:
+    from pdcheck.sweep.schema import RunSummary
 
 EXIT_CODES_HELP = """
 \b
@@ -166,9 +170,9 @@ def sweep(
     if dry_run:
         from pdcheck.sweep.dryrun import dry_run as plan_dry_run
 
-        result = plan_dry_run(prepare(request), check_argv=check_argv, gpus=gpus)
-        console.print(result.text, markup=False, highlight=False, soft_wrap=True)
-        raise click.exceptions.Exit(int(ExitCode.CONFIG if result.problems else ExitCode.OK))
+        planned = plan_dry_run(prepare(request), check_argv=check_argv, gpus=gpus)
+        console.print(planned.text, markup=False, highlight=False, soft_wrap=True)
+        raise click.exceptions.Exit(int(ExitCode.CONFIG if planned.problems else ExitCode.OK))
     with LiveDisplay() as display:
         result = run_sweep(request, on_event=display.update, render_report=_render_report())
     print_summary(result.summary, result.root)
@@ -187,10 +191,12 @@ def sweep(
 )
 def merge(dirs, out) -> None:
     from pdcheck.sweep.merge import merge_runs
+    from pdcheck.sweep.summary import run_summary
 
     results = merge_runs(list(dirs), out, render_report=_render_report())
-    print_summary(results.summary or {}, out)
-    raise click.exceptions.Exit(int((results.summary or {}).get("exit_code", ExitCode.INFRA)))
+    summary = run_summary(results)
+    print_summary(summary, out)
+    raise click.exceptions.Exit(summary.exit_code)
 
 
 _STYLE = {"pass": "green", "fail": "bold red", "infra": "yellow", "inconclusive": "cyan"}
@@ -236,24 +242,23 @@ class LiveDisplay:
         self._live.update(table)
 
 
-def print_summary(summary: dict, root: Path) -> None:
+def print_summary(summary: RunSummary, root: Path) -> None:
     """One line per cell and concurrency, then where the results are and the exit code."""
-    table = Table(title=f"sweep {summary.get('sweep')}", show_lines=False)
+    table = Table(title=f"sweep {summary.sweep}", show_lines=False)
     for column in ("cell", "c", "verdict", "status", "reason"):
         table.add_column(column, overflow="fold")
-    for cell in summary.get("cells", []):
-        for r in cell["results"]:
-            style = _STYLE.get(r["status"], "")
-            name = cell["name"] + (" (canary)" if cell["canary"] else "")
+    for cell in summary.cells:
+        for r in cell.results:
+            style = _STYLE.get(r.status, "")
+            name = cell.name + (" (canary)" if cell.canary else "")
             table.add_row(
                 name,
-                str(r["concurrency"]),
-                r["verdict"],
-                f"[{style}]{r['status']}[/{style}]",
-                r["reason"],
+                str(r.concurrency),
+                r.verdict,
+                f"[{style}]{r.status}[/{style}]",
+                r.reason,
             )
     console.print(table)
-    race = summary.get("race")
-    if race:
-        console.print(f"race harness: {race.get('status')} ({race.get('reason')})")
-    console.print(f"results: {root}  exit code {summary.get('exit_code')}")
+    if summary.race is not None:
+        console.print(f"race harness: {summary.race.status} ({summary.race.reason})")
+    console.print(f"results: {root}  exit code {summary.exit_code}")

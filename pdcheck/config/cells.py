@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -128,7 +129,7 @@ def _matches(cell: Cell, selector: dict[str, Any]) -> bool:
     return all(values[k] == v for k, v in selector.items())
 
 
-def _check_selectors(selectors, which: str) -> None:
+def _check_selectors(selectors: Sequence[Mapping[str, Any]], which: str) -> None:
     for i, sel in enumerate(selectors):
         unknown = sorted(set(sel) - set(SELECTOR_KEYS))
         if unknown:

@@ -10,10 +10,14 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from pdcheck.config.paths import shipped_dir
 from pdcheck.config.schema import UNION_TAGS, SweepSpec
 from pdcheck.errors import SweepFileError, SweepFileErrors
+
+# A key path into the sweep file, as pydantic reports it: mapping keys and list indices.
+Loc = tuple[str | int, ...]
 
 # The sweeps shipped with pdcheck, by bare name (`pdcheck sweep cpu-smoke`).
 SWEEPS_DIR = shipped_dir("sweeps")
@@ -65,7 +69,7 @@ def parse_sweep(
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
         problems = []
-        seen: set[tuple] = set()
+        seen: set[tuple[Loc, str]] = set()
         for err in exc.errors():
             loc = _clean_loc(err["loc"])
             msg = _explain(err, loc)
@@ -85,7 +89,7 @@ def parse_sweep(
     return spec
 
 
-def _cross_reference_problem(spec: SweepSpec) -> tuple[tuple, str] | None:
+def _cross_reference_problem(spec: SweepSpec) -> tuple[Loc, str] | None:
     """Checks that span sections: arm names unique, environments that arms name exist."""
     env_names = [e.name for e in spec.environments]
     for i, env in enumerate(spec.environments):
@@ -110,13 +114,13 @@ def _cross_reference_problem(spec: SweepSpec) -> tuple[tuple, str] | None:
     return None
 
 
-def _clean_loc(loc: tuple) -> tuple:
+def _clean_loc(loc: Loc) -> Loc:
     # pydantic adds union-branch names such as "str" or "ArmSpec" to the path; keep real keys.
     branch_names = {"str", "int", "bool", "none", "float", *UNION_TAGS}
     return tuple(p for p in loc if not (isinstance(p, str) and (p in branch_names or "[" in p)))
 
 
-def _explain(err: dict, loc: tuple) -> str:
+def _explain(err: ErrorDetails, loc: Loc) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1])
@@ -139,7 +143,7 @@ def _explain(err: dict, loc: tuple) -> str:
     return f"{msg} (got {err.get('input')!r})"
 
 
-def _allowed_keys(loc: tuple) -> list[str]:
+def _allowed_keys(loc: Loc) -> list[str]:
     """The keys the schema accepts in the mapping at `loc` (cleaned), found by walking the models' fields."""
     kind: Any = SweepSpec
     for part in loc:
@@ -164,7 +168,7 @@ def _mapping_model(kind: Any) -> type[BaseModel] | None:
     return models.pop() if len(models) == 1 else None
 
 
-def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
+def _line_of(node: yaml.Node | None, loc: Loc) -> int | None:
     """Walk the composed YAML tree along the error path; return the deepest line found (1-based)."""
     line = node.start_mark.line + 1 if node is not None else None
     for part in loc:

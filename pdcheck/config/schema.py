@@ -6,7 +6,8 @@ at load, before any process starts. Expansion into cells lives in `cells.py`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -16,11 +17,12 @@ from pydantic import (
     Field,
     PositiveInt,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 FIX_NAMES = ("block-reuse", "zeroing")
 INJECTION_KINDS = ("zero-loaded-kv", "stale-kv")
@@ -125,8 +127,8 @@ ArmRef = Annotated[
 UNION_TAGS = ("builtin-arm", "arm-definition")
 
 
-def _non_empty(name: str):
-    def check(value):
+def _non_empty(name: str) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    def check(value: tuple[Any, ...]) -> tuple[Any, ...]:
         if len(value) == 0:
             raise ValueError(f"the {name} axis is empty; give at least one value")
         if len(set(map(repr, value))) != len(value):
@@ -152,8 +154,8 @@ class Matrix(_Strict):
 
     @field_validator("*")
     @classmethod
-    def _axes_non_empty(cls, value, info):
-        return _non_empty(info.field_name)(value)
+    def _axes_non_empty(cls, value: tuple[Any, ...], info: ValidationInfo) -> tuple[Any, ...]:
+        return _non_empty(info.field_name or "matrix")(value)
 
 
 Selector = dict[str, str | int | bool | None]

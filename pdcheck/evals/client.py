@@ -178,7 +178,9 @@ def parse_response(data: Any, *, chat: bool) -> tuple[dict[str, Any], str | None
         text = choice.get("text")
         if not isinstance(text, str):
             return {}, "choices[0] has no text"
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
     token_ids = choice.get("token_ids")
     try:
         logprobs = (
@@ -247,7 +249,7 @@ async def fetch_model_name(
             f"could not ask {url} for the model name ({type(exc).__name__}: {exc}); pass --model"
         ) from exc
     try:
-        return json.loads(raw)["data"][0]["id"]
+        return str(json.loads(raw)["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):
         raise InfraError(
             f"{url} answered HTTP {status} without a model id: {raw[:_ERROR_BODY_CHARS]!r}; pass --model"

@@ -13,8 +13,10 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pdcheck.config import EvalSettings
 from pdcheck.errors import DatasetError
@@ -89,7 +91,7 @@ def _canonical_sha256(test: tuple[Example, ...], train: tuple[Example, ...]) -> 
     return digest.hexdigest()
 
 
-def _examples(items, *, where: str) -> tuple[Example, ...]:
+def _examples(items: Iterable[Any], *, where: str) -> tuple[Example, ...]:
     out = []
     for i, item in enumerate(items):
         try:
@@ -101,7 +103,7 @@ def _examples(items, *, where: str) -> tuple[Example, ...]:
     return tuple(out)
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     items = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):

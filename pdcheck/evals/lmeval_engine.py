@@ -21,6 +21,7 @@ import logging
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import aiohttp
@@ -31,7 +32,7 @@ from pdcheck.evals.client import base_url, fetch_model_name
 from pdcheck.evals.dataset import Example, TaskData
 from pdcheck.evals.extract import FLEXIBLE_EXTRACT, LMEVAL_INVALID, STRICT_MATCH, lmeval_normalize
 from pdcheck.evals.prompts import prompt_sha256
-from pdcheck.evals.records import QuestionRecord, RecordWriter, read_records
+from pdcheck.evals.records import OnRecord, QuestionRecord, RecordWriter, ShouldStop, read_records
 from pdcheck.evals.summary import EvalSummary, summarize
 
 logger = logging.getLogger(__name__)
@@ -49,12 +50,15 @@ def run_lmeval(
     out_path: str | Path,
     model: str | None = None,
     run_tag: str = "eval",
-    on_record=None,
+    on_record: OnRecord | None = None,
+    should_stop: ShouldStop | None = None,
 ) -> EvalSummary:
     """Run lm-eval's gsm8k on the selected questions and append their records to `out_path`.
 
     Questions already in `out_path` are asked again (lm-eval cannot skip them) but not written
-    twice. `run_tag` is unused: lm-eval sends no per-question request id.
+    twice. `run_tag` is unused: lm-eval sends no per-question request id. lm-eval asks every
+    question before pdcheck sees one, so `should_stop` only ends the writing: the records after
+    the stop are dropped and the summary covers those up to it.
     """
     try:
         import lm_eval
@@ -90,12 +94,17 @@ def run_lmeval(
         )
     records = samples_to_records(results["samples"][TASK_NAME], offset=indices.start)
     done = {r.index for r in read_records(out_path)} if out_path.exists() else set()
+    stopped = False
     with RecordWriter(out_path) as writer:
-        for record in records:
-            if record.index not in done:
-                writer.write(record)
-                if on_record is not None:
-                    on_record(record)
+        for n, record in enumerate(records, start=1):
+            if record.index in done:
+                continue
+            writer.write(record)
+            if on_record is not None:
+                on_record(record)
+            if should_stop is not None and should_stop(record):
+                stopped, records = True, records[:n]
+                break
     return summarize(
         records,
         wall_s=None,
@@ -107,6 +116,7 @@ def run_lmeval(
         offset=settings.offset,
         concurrency=concurrency,
         model=model,
+        stopped=stopped,
     )
 
 
@@ -144,7 +154,7 @@ def samples_to_records(samples: list[dict[str, Any]], *, offset: int = 0) -> lis
 
 
 def _write_task(
-    folder: Path, task: TaskData, indices: range, *, settings: EvalSettings, yaml
+    folder: Path, task: TaskData, indices: range, *, settings: EvalSettings, yaml: ModuleType
 ) -> None:
     """The selected test questions, the train split, and a task config from lm-eval's own gsm8k.yaml."""
     test_file, train_file = folder / "test.jsonl", folder / "train.jsonl"

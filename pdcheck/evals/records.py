@@ -12,7 +12,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,11 @@ class QuestionRecord:
         return cls(**data)
 
 
+# Told of every record once it is written (progress, live checks).
+OnRecord = Callable[[QuestionRecord], None]
+# Asked of every record once it is written; True ends the run early (see `arun_eval`).
+ShouldStop = Callable[[QuestionRecord], bool]
+
 _FIELD_NAMES = tuple(f.name for f in fields(QuestionRecord))
 _NAN = float("nan")  # a logprob the server did not give; JSON has no NaN, so it is written as null
 # msgspec (which vLLM brings) encodes a record in about a microsecond, ~9x faster than the json
@@ -127,7 +132,13 @@ class RecordWriter:
     which bounds what a power loss can take. A torn last line is skipped by `read_records`.
     """
 
-    def __init__(self, path: str | Path, *, fsync_interval_s: float = 1.0, now=time.monotonic):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        fsync_interval_s: float = 1.0,
+        now: Callable[[], float] = time.monotonic,
+    ):
         self.path = Path(path)
         self.fsync_interval_s = fsync_interval_s
         self._now = now
@@ -172,12 +183,6 @@ class RecordWriter:
         self.close()
 
 
-def append_record(path: Path, record: QuestionRecord) -> None:
-    """Append one line and flush it to disk, so a crash loses at most the line being written."""
-    with RecordWriter(path) as writer:  # close() fsyncs what was written
-        writer.write(record)
-
-
 def read_records(path: str | Path) -> list[QuestionRecord]:
     """Read a records file; a torn last line (from a kill mid-write) is ignored."""
     out: list[QuestionRecord] = []
@@ -189,7 +194,3 @@ def read_records(path: str | Path) -> list[QuestionRecord]:
             if line:
                 out.append(QuestionRecord.from_dict(json.loads(line)))
     return out
-
-
-def iter_indices(records: Iterable[QuestionRecord]) -> Iterator[int]:
-    return (r.index for r in records)

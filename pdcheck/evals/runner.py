@@ -30,12 +30,11 @@ from pdcheck.evals.client import CompletionRequest, Outcome, base_url, complete,
 from pdcheck.evals.dataset import Example, TaskData
 from pdcheck.evals.extract import gold_answer, score
 from pdcheck.evals.prompts import PromptBuilder, PromptOptions
-from pdcheck.evals.records import QuestionRecord, RecordWriter, read_records
+from pdcheck.evals.records import OnRecord, QuestionRecord, RecordWriter, ShouldStop, read_records
 from pdcheck.evals.summary import EvalSummary, summarize
 
 logger = logging.getLogger(__name__)
 
-OnRecord = Callable[[QuestionRecord], None]
 # The most finished questions held without a record: what a SIGKILL can lose (resume asks them again).
 MAX_UNWRITTEN = 64
 
@@ -45,18 +44,48 @@ def request_id(run_tag: str, index: int) -> str:
     return f"{run_tag}-q{index:05d}"
 
 
-def run_eval(url: str, task: TaskData, *, settings: EvalSettings, **options: Any) -> EvalSummary:
-    """Run the eval with the engine `settings.engine` names; the options are `arun_eval`'s.
-
-    (`concurrency`, `out_path`, `model`, `run_tag`, `on_record`; the lm-eval engine takes only these.)
-    """
+def run_eval(
+    url: str,
+    task: TaskData,
+    *,
+    settings: EvalSettings,
+    concurrency: int,
+    out_path: str | Path,
+    model: str | None = None,
+    run_tag: str = "eval",
+    on_record: OnRecord | None = None,
+    should_stop: ShouldStop | None = None,
+) -> EvalSummary:
+    """Run the eval with the engine `settings.engine` names; the arguments are `arun_eval`'s."""
     if settings.engine == "lm-eval":
         from pdcheck.evals.lmeval_engine import run_lmeval
 
-        return run_lmeval(url, task, settings=settings, **options)
+        return run_lmeval(
+            url,
+            task,
+            settings=settings,
+            concurrency=concurrency,
+            out_path=out_path,
+            model=model,
+            run_tag=run_tag,
+            on_record=on_record,
+            should_stop=should_stop,
+        )
     # uvloop, as vLLM's own clients and pdcheck's proxy use: it takes ~30 µs of client CPU off
     # every question (benchmarks/bench_eval.py shows the floor on both loops).
-    return uvloop.run(arun_eval(url, task, settings=settings, **options))
+    return uvloop.run(
+        arun_eval(
+            url,
+            task,
+            settings=settings,
+            concurrency=concurrency,
+            out_path=out_path,
+            model=model,
+            run_tag=run_tag,
+            on_record=on_record,
+            should_stop=should_stop,
+        )
+    )
 
 
 async def arun_eval(
@@ -69,12 +98,16 @@ async def arun_eval(
     model: str | None = None,
     run_tag: str = "eval",
     on_record: OnRecord | None = None,
+    should_stop: ShouldStop | None = None,
     max_attempts: int = 3,
     now: Callable[[], float] = time.perf_counter,
 ) -> EvalSummary:
     """Ask every selected question once, append records to `out_path`, and summarize the file's records.
 
-    `model` None asks the server's /v1/models. Raises InfraError if the preflight request fails, ConfigError if `out_path` holds
+    `should_stop` sees each record once it is written; the first True cancels the questions still
+    asked or waiting, writes those that had finished, and returns the summary of the records on
+    file with `stopped` set (a resumed run asks the rest). `model` None asks the server's
+    /v1/models. Raises InfraError if the preflight request fails, ConfigError if `out_path` holds
     records asked with other prompts.
     """
     if concurrency < 1:
@@ -87,6 +120,7 @@ async def arun_eval(
     root = base_url(url)
     fresh: list[QuestionRecord] = []
     wall_s: float | None = None
+    stopped = False
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as session:
         model = model or await fetch_model_name(session, root)
@@ -131,17 +165,27 @@ async def arun_eval(
                 sink.add((index, req.request_id, queue_s, outcome))
 
             with RecordWriter(out_path) as writer:
-                sink = _RecordSink(writer, record_of, on_record=on_record)
+                sink = _RecordSink(writer, record_of, on_record=on_record, should_stop=should_stop)
                 tasks = [asyncio.ensure_future(ask(i, sink)) for i in todo]
+                everything = asyncio.gather(*tasks)
+                # Cancelled by a stop, the gather ends with a CancelledError nobody awaits: mark it
+                # retrieved, or asyncio logs it as lost.
+                everything.add_done_callback(lambda f: f.cancelled() or f.exception())
+                stop = asyncio.ensure_future(sink.stop.wait())
                 try:
-                    await asyncio.gather(*tasks)
+                    await asyncio.wait((everything, stop), return_when=asyncio.FIRST_COMPLETED)
+                    if everything.done():
+                        everything.result()  # raises the first question's error
                 finally:
-                    # On an error or Ctrl-C, stop the questions still running before the file is
-                    # closed, and write the ones that finished.
+                    # On a stop, an error or Ctrl-C, end the questions still running before the
+                    # file is closed, and write the ones that finished.
+                    stop.cancel()
                     for t in tasks:
                         t.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
                     sink.close()
                 fresh = sink.records
+                stopped = sink.stop.is_set()
             wall_s = now() - start
     records = sorted([*previous.values(), *fresh], key=lambda r: r.index)
     return summarize(
@@ -156,6 +200,7 @@ async def arun_eval(
         offset=settings.offset,
         concurrency=concurrency,
         model=model,
+        stopped=stopped,
     )
 
 
@@ -210,6 +255,9 @@ class _RecordSink:
     Crash safety: what a SIGKILL can lose is the queue, the questions finished since the last
     flush: at most `max_unwritten`, queued for at most one loop iteration. They have no record,
     so a resumed run asks them again. `close()` writes the queue, on success and on error alike.
+
+    `should_stop` sees each written record until it returns True; then `stop` is set and the run
+    ends (`arun_eval` cancels the rest).
     """
 
     def __init__(
@@ -218,9 +266,12 @@ class _RecordSink:
         build: Callable[..., QuestionRecord],
         *,
         on_record: OnRecord | None,
+        should_stop: ShouldStop | None = None,
         max_unwritten: int = MAX_UNWRITTEN,
     ):
         self.records: list[QuestionRecord] = []
+        self.stop = asyncio.Event()
+        self._should_stop = should_stop
         self._writer = writer
         self._build = build
         self._on_record = on_record
@@ -247,9 +298,15 @@ class _RecordSink:
         records = [self._build(*finished) for finished in batch]
         self._writer.write_many(records)
         self.records.extend(records)
-        if self._on_record is not None:
-            for record in records:
+        for record in records:
+            if self._on_record is not None:
                 self._on_record(record)
+            if (
+                self._should_stop is not None
+                and not self.stop.is_set()
+                and self._should_stop(record)
+            ):
+                self.stop.set()
 
     def close(self) -> None:
         """Write what is queued, unless a batch already failed; raise that failure if no add() did."""

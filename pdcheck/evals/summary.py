@@ -8,8 +8,7 @@ of being scored as wrong, as vLLM's and lm-eval's scripts do.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from pdcheck.evals.records import QuestionRecord
 
@@ -38,14 +37,9 @@ class EvalSummary:
     offset: int
     concurrency: int
     model: str | None = None
+    # The run's stop rule ended it before every question was asked (`arun_eval(should_stop=...)`).
+    stopped: bool = False
     schema_version: int = SUMMARY_SCHEMA_VERSION
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EvalSummary:
-        return cls(**data)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -72,6 +66,7 @@ def summarize(
     offset: int,
     concurrency: int,
     model: str | None = None,
+    stopped: bool = False,
 ) -> EvalSummary:
     """Summarize `records`; speed comes from `timed` (the records this session sent) over `wall_s`."""
     timed = records if timed is None else timed
@@ -79,15 +74,16 @@ def summarize(
     n, n_ok = len(records), len(ok)
     latencies = [r.latency_s for r in timed if r.ok and r.latency_s is not None]
     out_tokens = sum(r.completion_tokens or 0 for r in timed if r.ok)
-    rate_ok = wall_s is not None and wall_s > 0 and len(timed) > 0
+    # The wall time speeds are measured over; None when there is none to divide by.
+    per_s = wall_s if wall_s is not None and wall_s > 0 and len(timed) > 0 else None
     return EvalSummary(
         n=n,
         n_ok=n_ok,
         accuracy=sum(r.correct for r in ok) / n_ok if n_ok else None,
         invalid_rate=sum(r.invalid for r in ok) / n_ok if n_ok else None,
         error_rate=(n - n_ok) / n if n else 0.0,
-        questions_per_s=len(timed) / wall_s if rate_ok else None,
-        output_tokens_per_s=out_tokens / wall_s if rate_ok else None,
+        questions_per_s=len(timed) / per_s if per_s is not None else None,
+        output_tokens_per_s=out_tokens / per_s if per_s is not None else None,
         latency_p50_s=percentile(latencies, 50),
         latency_p99_s=percentile(latencies, 99),
         wall_s=wall_s,
@@ -99,4 +95,5 @@ def summarize(
         offset=offset,
         concurrency=concurrency,
         model=model,
+        stopped=stopped,
     )

@@ -162,7 +162,9 @@ def _take_unique(
     return out
 
 
-def generate(*, seed: int = 0, n_train: int, n_test: int) -> tuple[list[dict], list[dict]]:
+def generate(
+    *, seed: int = 0, n_train: int, n_test: int
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """Return ``(train, test)``: disjoint lists of GSM8K-format problems, a pure function of ``seed``."""
     if n_train < 0 or n_test < 0:
         raise ValueError(f"n_train and n_test must be >= 0, got n_train={n_train}, n_test={n_test}")

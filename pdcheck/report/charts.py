@@ -8,7 +8,7 @@ under the chart instead of being padded with a made-up value.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pdcheck.report.mermaid import ChartLine, render_xychart
@@ -65,11 +65,14 @@ def _labels(cells: Sequence[str], model: str) -> dict[str, str]:
 
 
 def _series(
-    rows: Sequence[ResultRow], concurrencies: Sequence[int], value
+    rows: Sequence[ResultRow],
+    concurrencies: Sequence[int],
+    value: Callable[[ResultRow], float | None],
 ) -> tuple[float, ...] | None:
     by_c = {r.concurrency: value(r) for r in rows}
     values = [by_c.get(c) for c in concurrencies]
-    return None if any(v is None for v in values) else tuple(100 * v for v in values)
+    present = [v for v in values if v is not None]
+    return tuple(100 * v for v in present) if len(present) == len(values) else None
 
 
 def accuracy_charts(rows: Sequence[ResultRow]) -> list[ModelChart]:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdcheck.analysis.agreement import CORRUPTION, TIE, UNCLASSIFIED
-from pdcheck.analysis.paired import PairedComparison
 from pdcheck.evals.records import QuestionRecord
 from pdcheck.sweep.results import CellResult, RunResults
 
@@ -88,9 +87,9 @@ def diverging_questions(
     """
     entry = cell.verdicts.get(concurrency)
     baseline_unit, pd_unit = cell.unit("baseline", concurrency, 0), cell.unit("pd", concurrency, 0)
-    if entry is None or not entry.comparison or baseline_unit is None or pd_unit is None:
+    if entry is None or entry.comparison is None or baseline_unit is None or pd_unit is None:
         return []
-    divergences = PairedComparison.from_dict(entry.comparison).agreement.divergences
+    divergences = entry.comparison.agreement.divergences
     ranked = sorted(
         divergences, key=lambda d: (_GRADE_ORDER.get(d.grade, len(_GRADE_ORDER)), d.index)
     )[:candidates]
@@ -144,5 +143,5 @@ def _clip(line: str) -> str:
 
 def rerun_command(run: RunResults, cell: CellResult) -> str:
     """The exact command that reruns this one cell from its sweep file."""
-    sweep_file = run.info.sweep.get("file") or "SWEEP.yaml"
+    sweep_file = run.info.sweep.file or "SWEEP.yaml"
     return shlex.join(["pdcheck", "sweep", str(sweep_file), "--only", cell.name])

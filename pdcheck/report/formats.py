@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from pdcheck.report.against import compare_rows
 from pdcheck.report.rows import build_rows
 from pdcheck.sweep.junit import render_junit
 from pdcheck.sweep.results import RunResults
-from pdcheck.sweep.summary import summarize
+from pdcheck.sweep.summary import run_summary
 
 __all__ = ["REPORT_JSON_SCHEMA_VERSION", "render_json", "render_junit", "report_dict"]
 
@@ -22,18 +24,18 @@ REPORT_JSON_SCHEMA_VERSION = 1
 
 def report_dict(run: RunResults, *, against: RunResults | None = None) -> dict[str, Any]:
     """Every result row with its numbers, the counts and exit code, the environment, attribution and the race."""
-    summary = summarize(run)
+    summary = run_summary(run)
     rows = build_rows(run)
     data: dict[str, Any] = {
         "schema_version": REPORT_JSON_SCHEMA_VERSION,
-        "sweep": run.info.sweep,
+        "sweep": msgspec.to_builtins(run.info.sweep),
         "run": str(run.info.root),
-        "exit_code": summary["exit_code"],
-        "counts": summary["counts"],
+        "exit_code": summary.exit_code,
+        "counts": msgspec.to_builtins(summary.counts),
         "environment": run.info.environment,
         "results": [row.to_dict() for row in rows],
-        "attribution": summary["attribution"],
-        "race": run.race,
+        "attribution": msgspec.to_builtins(summary.attribution),
+        "race": msgspec.to_builtins(run.race),
     }
     if against is not None:
         comparison = compare_rows(rows, build_rows(against))

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from pdcheck.config import AnalysisPolicy
 from pdcheck.report.against import Comparison, compare_rows
 from pdcheck.report.charts import accuracy_charts
 from pdcheck.report.details import diverging_questions, log_tails, rerun_command
@@ -28,7 +29,7 @@ from pdcheck.report.sections import (
     results_table,
 )
 from pdcheck.sweep.results import RunResults
-from pdcheck.sweep.summary import summarize
+from pdcheck.sweep.summary import run_summary
 
 __all__ = ["GITHUB_COMMENT_MAX_CHARS", "REPORT_MARKER", "render_markdown"]
 
@@ -78,24 +79,22 @@ def _failures(run: RunResults, rows: Sequence[ResultRow]) -> list[_Failure]:
     return out
 
 
-def _policy(run: RunResults) -> dict:
-    return next((c.resolved.get("analysis") or {} for c in run.cells), {})
+def _policy(run: RunResults) -> AnalysisPolicy | None:
+    return next((c.spec.analysis for c in run.cells if c.spec is not None), None)
 
 
 def _dataset_sha(run: RunResults) -> str | None:
     if run.info.provenance.dataset_sha256:
         return run.info.provenance.dataset_sha256
-    shas = {u.summary.get("dataset_sha256") for c in run.cells for u in c.units if u.summary}
-    shas.discard(None)
+    shas = {u.summary.dataset_sha256 for c in run.cells for u in c.units if u.summary}
     return ", ".join(sorted(shas)) or None
 
 
 def _arm_fixes(run: RunResults) -> dict[str, tuple[str, ...]]:
-    arms = {}
+    arms: dict[str, tuple[str, ...]] = {}
     for cell in run.cells:
-        arm = cell.resolved.get("arm") or {}
-        if arm.get("disable_fixes"):
-            arms[arm.get("name", "?")] = tuple(arm["disable_fixes"])
+        if cell.spec is not None and cell.spec.arm.disable_fixes:
+            arms[cell.spec.arm.name] = tuple(cell.spec.arm.disable_fixes)
     return arms
 
 
@@ -170,21 +169,21 @@ def render_markdown(
     mde = [r.mde_pts for r in rows if r.mde_pts is not None]
     head = [
         REPORT_MARKER,
-        f"# pdcheck: {run.info.sweep.get('name') or run.info.root.name}",
-        overall_line(summarize(run), rows),
+        f"# pdcheck: {run.info.sweep.name or run.info.root.name}",
+        overall_line(run_summary(run), rows),
         "## Environment",
         environment_section(
             run.info.environment, dataset_sha256=_dataset_sha(run), arm_fixes=_arm_fixes(run)
         ),
         "## Results",
     ]
-    if comparison is not None:
+    if comparison is not None and against is not None:
         head.append(_against_note(against, comparison))
     race_full, race_compact = race_sections(run)
     methodology = methodology_section(
-        alpha=policy.get("alpha"),
-        margin_pts=policy.get("margin_pts"),
-        tie_epsilon_nats=policy.get("tie_epsilon_nats"),
+        alpha=policy.alpha if policy else None,
+        margin_pts=policy.margin_pts if policy else None,
+        tie_epsilon_nats=policy.tie_epsilon_nats if policy else None,
         mde_pts=mde,
     )
 

@@ -8,15 +8,14 @@ stored with each injected arm's verdict.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pdcheck.analysis.attribution import Attribution
 from pdcheck.analysis.injection import InjectionPrecision
 from pdcheck.report.sections import table
 from pdcheck.sweep.results import RunResults
-from pdcheck.sweep.summary import attribution
+from pdcheck.sweep.schema import RaceOutcome
+from pdcheck.sweep.summary import run_summary
 
 __all__ = ["InjectionResult", "attributions", "injection_results", "race_sections"]
 
@@ -30,25 +29,18 @@ class InjectionResult:
 
 
 def attributions(run: RunResults) -> list[Attribution]:
-    """The likely race behind each flagged arm, as the sweep's summary derives it from the store."""
-    return [Attribution.from_dict(a) for a in attribution(run)]
+    """The likely race behind each flagged arm, as the sweep's summary derived it from the store."""
+    return list(run_summary(run).attribution)
 
 
 def injection_results(run: RunResults) -> list[InjectionResult]:
     """Per injected arm and concurrency: did the questions that diverged match the injected ones?"""
     out = []
     for cell in run.cells:
-        inject = (cell.resolved.get("arm") or {}).get("inject")
+        inject = cell.spec.arm.inject if cell.spec else None
         for concurrency, entry in cell.verdicts.items():
             if inject and entry.injection is not None:
-                out.append(
-                    InjectionResult(
-                        cell.name,
-                        concurrency,
-                        inject,
-                        InjectionPrecision.from_dict(entry.injection),
-                    )
-                )
+                out.append(InjectionResult(cell.name, concurrency, inject, entry.injection))
     return out
 
 
@@ -56,13 +48,13 @@ def _fraction(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def _harness(race: Mapping[str, Any], *, evidence: bool) -> list[str]:
-    status = race.get("status", "?")
+def _harness(race: RaceOutcome, *, evidence: bool) -> list[str]:
     lines = [
-        f"Harness (vLLM's scheduler in-process): **{status}**"
-        + (f" — {race['reason']}" if race.get("reason") else "")
+        f"Harness (vLLM's scheduler in-process): **{race.status}**"
+        + (f" — {race.reason}" if race.reason else "")
     ]
-    result = race.get("result") or {}
+    # `pdcheck race --json` as the harness wrote it (its own schema: pdcheck.race.run.RaceSummary).
+    result = race.result or {}
     if result.get("fixes_absent"):
         lines.append(
             f"This vLLM lacks {', '.join(result['fixes_absent'])}: switching them off changes nothing."

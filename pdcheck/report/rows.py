@@ -11,9 +11,11 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pdcheck.analysis.paired import PairedComparison
+from pdcheck.analysis.verdict import Status, Verdict
 from pdcheck.sweep.judging import kv_tokens
+from pdcheck.sweep.plan import Side
 from pdcheck.sweep.results import CellResult, RunResults
+from pdcheck.sweep.schema import VerdictFile
 from pdcheck.sweep.summary import cell_outcomes
 
 __all__ = ["ResultRow", "build_rows"]
@@ -30,8 +32,8 @@ class ResultRow:
     arm: str
     concurrency: int
     canary: bool  # expected to be flagged at this level
-    status: str  # pass, fail, infra or inconclusive, after the canary logic
-    verdict: str
+    status: Status  # after the canary logic
+    verdict: Verdict
     reason: str
     n: int | None = None
     baseline_accuracy: float | None = None
@@ -39,7 +41,8 @@ class ResultRow:
     delta_pts: float | None = None
     ci_low_pts: float | None = None
     ci_high_pts: float | None = None
-    p_value: float | None = None
+    p_value: float | None = None  # raw
+    adjusted_p: float | None = None  # Holm over the run's clean tests (a canary: its own p)
     delta_invalid_pts: float | None = None
     agreement: float | None = None
     kv_tokens: int | None = None
@@ -54,7 +57,7 @@ class ResultRow:
 
     @property
     def failing(self) -> bool:
-        return self.status in ("fail", "infra")
+        return self.status in (Status.FAIL, Status.INFRA)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,46 +67,44 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _side_accuracy(cell: CellResult, side: str, concurrency: int) -> float | None:
+def _side_accuracy(cell: CellResult, side: Side, concurrency: int) -> float | None:
     return _mean(
         [
-            float(u.summary["accuracy"])
+            u.summary.accuracy
             for u in cell.units
             if u.side == side
             and u.concurrency == concurrency
-            and u.summary
-            and u.summary.get("accuracy") is not None
+            and u.summary is not None
+            and u.summary.accuracy is not None
         ]
     )
 
 
-def _numbers(comparison: dict[str, Any] | None, verdict: dict[str, Any]) -> dict[str, Any]:
-    """The table's analysis numbers, from the stored PairedComparison and CellVerdict dicts."""
+def _numbers(entry: VerdictFile) -> dict[str, Any]:
+    """The table's analysis numbers, from the stored PairedComparison and CellVerdict."""
+    v = entry.verdict
     numbers: dict[str, Any] = {
-        "mde_pts": verdict.get("mde_pts"),
-        "kv_tokens": verdict.get("kv_transferred_tokens"),
+        "mde_pts": v.mde_pts,
+        "kv_tokens": v.kv_transferred_tokens,
+        "adjusted_p": v.adjusted_p_value,
     }
-    if comparison is None:
+    c = entry.comparison
+    if c is None:
         return numbers
-    c = PairedComparison.from_dict(comparison)
+    # Δ, its interval and p are the verdict's (every repeat pooled, the interval at the level
+    # the test used); a verdict stored before issue 17 has only the comparison's.
+    pooled = v.n_pairs is not None and v.p_value is not None
     return numbers | {
-        "n": c.n_pairs,
+        "n": v.n_pairs if pooled else c.n_pairs,
         "baseline_accuracy": c.baseline.accuracy,
         "pd_accuracy": c.pd.accuracy,
-        "delta_pts": c.delta_pts,
-        "ci_low_pts": c.ci_low_pts,
-        "ci_high_pts": c.ci_high_pts,
-        "p_value": c.p_value,
+        "delta_pts": v.delta_pts if pooled else c.delta_pts,
+        "ci_low_pts": v.ci_low_pts if pooled else c.ci_low_pts,
+        "ci_high_pts": v.ci_high_pts if pooled else c.ci_high_pts,
+        "p_value": v.p_value if pooled else c.p_value,
         "delta_invalid_pts": c.delta_invalid_pts,
         "agreement": c.agreement.exact_match_fraction,
     }
-
-
-def _cell_field(cell: CellResult, *path: str) -> str:
-    node: Any = cell.resolved
-    for key in path:
-        node = node.get(key) if isinstance(node, dict) else None
-    return str(node) if node is not None else "?"
 
 
 def build_rows(run: RunResults) -> list[ResultRow]:
@@ -116,24 +117,20 @@ def build_rows(run: RunResults) -> list[ResultRow]:
         for concurrency, outcome in cell_outcomes(cell):
             entry = cell.verdicts.get(concurrency)
             # Accuracy from the unit summaries when no comparison was stored (an infra failure).
-            numbers = {
+            numbers: dict[str, Any] = {
                 "baseline_accuracy": _side_accuracy(cell, "baseline", concurrency),
                 "pd_accuracy": _side_accuracy(cell, "pd", concurrency),
                 "kv_tokens": kv_tokens(cell.kv, concurrency),
             }
             if entry is not None:
-                numbers |= {
-                    k: v
-                    for k, v in _numbers(entry.comparison, entry.verdict).items()
-                    if v is not None
-                }
+                numbers |= {k: v for k, v in _numbers(entry).items() if v is not None}
             rows.append(
                 ResultRow(
                     cell=cell.name,
                     cell_id=cell.id,
                     dirname=cell.dirname,
-                    model=_cell_field(cell, "model", "name"),
-                    arm=_cell_field(cell, "arm", "name"),
+                    model=cell.spec.model.name if cell.spec else "?",
+                    arm=cell.spec.arm.name if cell.spec else "?",
                     concurrency=concurrency,
                     canary=outcome.canary,
                     control=cell.canary and not outcome.canary,

@@ -1,4 +1,4 @@
-"""Files of a run folder: atomic JSON/text writes, stamps (`Provenance`), failure bodies, paths."""
+"""Files of a run folder: typed reads and atomic writes of the schema's structs, failure bodies, paths."""
 
 from __future__ import annotations
 
@@ -6,24 +6,63 @@ import json
 import os
 import tempfile
 import traceback
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TypeVar
 
-from pdcheck import __version__
+import msgspec
 
-STORE_SCHEMA_VERSION = 1
-SIDES = ("baseline", "pd")
-Side = Literal["baseline", "pd"]
+from pdcheck.errors import ResultsFileError
+from pdcheck.sweep.plan import Side
+from pdcheck.sweep.schema import (
+    SUPPORTED_SCHEMA_VERSIONS,
+    FailureFile,
+    Provenance,
+    Stamped,
+    from_json,
+    stamp,
+    to_json,
+)
+
+StampedT = TypeVar("StampedT", bound=Stamped)
 
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+def write_file(path: Path, data: Stamped) -> None:
+    """Write one of the schema's files atomically, as indented JSON with sorted keys."""
+    write_text_atomic(path, to_json(data) + "\n")
+
+
+def read_file(path: Path, kind: type[StampedT]) -> StampedT | None:
+    """Read `path` as `kind`, or None if it does not exist.
+
+    Raises ResultsFileError, naming the file, when it is not JSON, was written by an unsupported
+    schema version, or does not match `kind`.
+    """
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ResultsFileError(f"{path} is not valid JSON ({exc})", path=path) from exc
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        supported = ", ".join(map(str, SUPPORTED_SCHEMA_VERSIONS))
+        raise ResultsFileError(
+            f"{path} has schema_version {version!r}; this pdcheck reads versions {supported} "
+            "(a folder written by a newer pdcheck needs that pdcheck)",
+            path=path,
+        )
+    try:
+        return from_json(data, kind)
+    except msgspec.ValidationError as exc:
+        raise ResultsFileError(
+            f"{path} does not hold a valid {kind.__name__} (schema_version {version}): {exc}",
+            path=path,
+        ) from exc
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -52,52 +91,20 @@ def trim_torn_tail(path: Path) -> None:
         f.truncate(data.rfind(b"\n") + 1)
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Stamped into every JSON the store writes, so any file says what produced it."""
-
-    pdcheck_version: str = __version__
-    vllm_version: str | None = None
-    vllm_commit: str | None = None
-    dataset_sha256: str | None = None
-
-    def stamp(self) -> dict[str, Any]:
-        return {
-            "schema_version": STORE_SCHEMA_VERSION,
-            "pdcheck_version": self.pdcheck_version,
-            "vllm_version": self.vllm_version,
-            "vllm_commit": self.vllm_commit,
-            "dataset_sha256": self.dataset_sha256,
-        }
-
-    @classmethod
-    def from_stamp(cls, data: dict[str, Any]) -> Provenance:
-        return cls(
-            pdcheck_version=data.get("pdcheck_version") or "unknown",
-            vllm_version=data.get("vllm_version"),
-            vllm_commit=data.get("vllm_commit"),
-            dataset_sha256=data.get("dataset_sha256"),
-        )
-
-
-def failure_dict(exc: BaseException, *, cell: str | None, where: str) -> dict[str, Any]:
+def failure_file(
+    exc: BaseException, *, cell: str | None, where: str, provenance: Provenance
+) -> FailureFile:
     """The body of a failure.json sidecar: error type, message, cell, and where it happened."""
-    return {
-        "error_type": type(exc).__name__,
-        "message": str(exc),
-        "cell": cell,
-        "where": where,
-        "at": now_iso(),
-        "traceback": "".join(traceback.format_exception(exc))[-4000:],
-    }
+    return FailureFile(
+        **stamp(provenance),
+        error_type=type(exc).__name__,
+        message=str(exc),
+        cell=cell,
+        where=where,
+        at=now_iso(),
+        traceback="".join(traceback.format_exception(exc))[-4000:],
+    )
 
 
-def unit_rel(side: str, concurrency: int, repeat: int) -> str:
+def unit_rel(side: Side, concurrency: int, repeat: int) -> str:
     return f"{side}/c{concurrency}/r{repeat}"

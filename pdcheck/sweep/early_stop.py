@@ -1,62 +1,61 @@
-"""`--early-stop` inside a PD unit: stop asking once a regression is certain (mixture SPRT).
+"""`--early-stop` inside a PD unit: stop asking once a REGRESSION or a PASS is certain.
 
 The baseline of the same level runs first, so each PD record that arrives is paired with its
-baseline answer and fed to analysis's `SequentialTest`. When the test stops, the eval is
-aborted (the records so far stay on disk) and the unit is summarised from what it has, with
-the stop's evidence attached, so the verdict can say REGRESSION without the remaining questions.
+baseline answer and fed to a `StopRule`: the level's one group-sequential test, shared by its
+repeat units (repeats pool into one test). The `UnitStopper` is the eval's `should_stop`: when the
+rule decides, the eval cancels the questions still out and returns a summary marked stopped,
+and the rule's `EarlyStop` goes into the unit's summary file, so the verdict can say REGRESSION
+without the remaining questions.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Protocol
 
-from pdcheck.evals.records import QuestionRecord, read_records
+from pdcheck.analysis.sequential import EarlyStop, SequentialTest
+from pdcheck.evals.records import QuestionRecord
 
 
-class EarlyStopped(Exception):
-    """Raised from the record callback to abort the eval; carries the analysis's EarlyStop."""
+class StopRule(Protocol):
+    """A running test over answered (baseline, PD) pairs, fed in the order PD answered them.
 
-    def __init__(self, stop):
-        super().__init__(stop.reason)
-        self.stop = stop
+    `add` takes one pair and returns the decision to stop, or None to keep asking; once it has
+    returned a decision it is not asked again.
+    """
+
+    def add(self, baseline: QuestionRecord, pd: QuestionRecord) -> EarlyStop | None: ...
+
+
+class SequentialRule:
+    """The level's `SequentialTest` (`pdcheck.analysis.sequential`) on correctness, as a `StopRule`.
+
+    One test per level: every repeat unit of the level feeds the same one, so a test that
+    stopped in repeat 0 stops repeat 1 at its first answer.
+    """
+
+    def __init__(self, test: SequentialTest):
+        self._test = test
+
+    def add(self, baseline: QuestionRecord, pd: QuestionRecord) -> EarlyStop | None:
+        self._test.add(baseline_correct=baseline.correct, pd_correct=pd.correct)
+        return self._test.should_stop()
 
 
 class UnitStopper:
-    """Pairs PD records with the baseline as they arrive; raises EarlyStopped when the test stops."""
+    """Pairs PD records with the baseline as they arrive; the eval's `should_stop`.
 
-    def __init__(self, baseline: list[QuestionRecord], *, design):
-        from pdcheck.analysis import SequentialTest
+    `stop` holds the rule's decision once it is made.
+    """
 
+    def __init__(self, baseline: Iterable[QuestionRecord], rule: StopRule):
         self._baseline = {r.index: r for r in baseline}
-        self._test = SequentialTest(design)
+        self._rule = rule
+        self.stop: EarlyStop | None = None
 
-    def feed(self, record: QuestionRecord) -> None:
+    def __call__(self, record: QuestionRecord) -> bool:
         base = self._baseline.get(record.index)
-        if base is None or not (base.ok and record.ok):
-            return  # a failed request is not a pair
-        self._test.add(baseline_correct=base.correct, pd_correct=record.correct)
-        stop = self._test.should_stop()
-        if stop is not None:
-            raise EarlyStopped(stop)
-
-
-def stopped_summary(
-    records_path, stopped: EarlyStopped, *, task, settings, concurrency: int, model: str | None
-) -> dict[str, Any]:
-    """The unit's summary from the records it has, plus the stop that ended it."""
-    from pdcheck.evals.summary import summarize
-
-    records = read_records(records_path)
-    summary = summarize(
-        records,
-        wall_s=None,
-        dataset_sha256=task.sha256,
-        task=task.task,
-        style=settings.style,
-        engine=settings.engine,
-        limit=settings.limit,
-        offset=settings.offset,
-        concurrency=concurrency,
-        model=model,
-    )
-    return summary.to_dict() | {"early_stop": stopped.stop.to_dict()}
+        if self.stop is not None or base is None or not (base.ok and record.ok):
+            return self.stop is not None  # a failed request is not a pair
+        self.stop = self._rule.add(base, record)
+        return self.stop is not None

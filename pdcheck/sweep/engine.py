@@ -17,21 +17,27 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from pdcheck.analysis.sequential import SequentialTest
+from pdcheck.analysis.verdict import Outcome
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.errors import ExitCode
-from pdcheck.evals.records import read_records
+from pdcheck.evals.dataset import TaskData
+from pdcheck.evals.records import QuestionRecord, read_records
+from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.backends import Backend, PdEndpoints
-from pdcheck.sweep.early_stop import EarlyStopped, UnitStopper, stopped_summary
+from pdcheck.sweep.early_stop import SequentialRule, UnitStopper
 from pdcheck.sweep.events import EventSink, Progress
-from pdcheck.sweep.judging import judge_level, level_ready, skip_level
-from pdcheck.sweep.junit import render_junit
+from pdcheck.sweep.finish import RenderReport, finish_run
+from pdcheck.sweep.judging import carry_level, clean_tests, judge_level, level_ready, live_test
 from pdcheck.sweep.plan import Job, Placement, Unit, pack, plan_jobs
-from pdcheck.sweep.store import CellStore, RunResults, RunStore, donors, load_run
-from pdcheck.sweep.summary import summarize
+from pdcheck.sweep.schema import KvEvidence, Provenance, RunSummary
+from pdcheck.sweep.store import CellStore, RunStore, donors
 
 logger = logging.getLogger(__name__)
 
@@ -43,15 +49,26 @@ class SweepOptions:
     early_stop: bool = False
     # False: restart servers for every unit and share no baseline (the benchmark's comparison).
     reuse: bool = True
+    # The run's clean tests (Holm's family); None: those of the engine's cells. A shard passes
+    # the whole selection's, so its early stops hold in the merged run.
+    family_size: int | None = None
 
 
 @dataclass(frozen=True)
 class SweepResult:
     root: Path
     exit_code: ExitCode
-    summary: dict[str, Any]
+    summary: RunSummary
     server_starts: int
     jobs: int
+
+
+@dataclass(frozen=True)
+class _Carried:
+    """A level early stop skipped: it carries the flagged `outcome` of level `at`."""
+
+    at: int
+    outcome: Outcome
 
 
 class Engine:
@@ -72,19 +89,23 @@ class Engine:
         self.options = options
         self.progress = Progress(on_event)
         self._lock = threading.Lock()
-        self._tasks: dict[str, Any] = {}
-        self._stopped: dict[tuple[str, int], str] = {}
-        self._judged: dict[tuple[str, int], str] = {}
+        self._tasks: dict[str, TaskData] = {}
+        self._stopped: dict[tuple[str, int], _Carried] = {}
+        self._judged: dict[tuple[str, int], Outcome] = {}
+        self._tests: dict[tuple[str, int], SequentialTest] = {}
+        self.family_size = (
+            options.family_size if options.family_size is not None else clean_tests(cells)
+        )
 
     def cell_store(self, cell: Cell) -> CellStore:
         return self.store.cell(cell.dirname, self._provenance(cell))
 
-    def _provenance(self, cell: Cell):
+    def _provenance(self, cell: Cell) -> Provenance:
         prov = self.backend.provenance(cell)
         task = self._tasks.get(cell.eval.model_dump_json())
-        return replace(prov, dataset_sha256=task.sha256) if task is not None else prov
+        return msgspec.structs.replace(prov, dataset_sha256=task.sha256) if task else prov
 
-    def _task(self, cell: Cell):
+    def _task(self, cell: Cell) -> TaskData:
         from pdcheck.evals import load_task
 
         key = cell.eval.model_dump_json()
@@ -97,7 +118,7 @@ class Engine:
         self,
         *,
         before_finish: Callable[[], None] | None = None,
-        render_report: Callable[[RunResults], str] | None = None,
+        render_report: RenderReport | None = None,
     ) -> SweepResult:
         """Run every pending unit, judge every cell, then `before_finish` (the race harness) and finish."""
         jobs = self.execute()
@@ -151,18 +172,14 @@ class Engine:
         *,
         server_starts: int = 0,
         jobs: int = 0,
-        render_report: Callable[[RunResults], str] | None = None,
+        render_report: RenderReport | None = None,
     ) -> SweepResult:
         """junit.xml and report.md from the store, then summary.json last (its presence means finished)."""
-        results = load_run(self.store.root)
-        summary = summarize(results)
-        self.store.write_junit(render_junit(results))
-        if render_report is not None:
-            self.store.write_report(render_report(results))
-        self.store.finish(summary)
-        self.progress.emit("finished", f"exit code {summary['exit_code']}")
+        summary = finish_run(self.store, render_report=render_report).summary
+        assert summary is not None  # finish_run sets it
+        self.progress.emit("finished", f"exit code {summary.exit_code}")
         return SweepResult(
-            self.store.root, ExitCode(summary["exit_code"]), summary, server_starts, jobs
+            self.store.root, ExitCode(summary.exit_code), summary, server_starts, jobs
         )
 
     def _questions(self, unit: Unit) -> int:
@@ -225,7 +242,7 @@ class Engine:
         (an earlier shard of work: another pytest item, or a cell selected in an earlier run)."""
         fingerprint = _fingerprint(cs.provenance)
         for donor in donors(self.store.root, job.cell.baseline_key(), exclude=cs.dirname):
-            if _fingerprint(donor.provenance) != fingerprint:
+            if donor.provenance is None or _fingerprint(donor.provenance) != fingerprint:
                 continue
             source = self.store.cell(donor.dirname, donor.provenance)
             for unit in job.units:
@@ -253,70 +270,66 @@ class Engine:
         self._set(cell, f"eval {unit.side} c{unit.concurrency} r{unit.repeat}")
         before = _scrape(endpoints) if endpoints is not None else None
         stopper = self._stopper(cell, cs, unit)
-        records_path = cs.records_path(unit.side, unit.concurrency, unit.repeat)
-        model = resolve_model_path(cell.model.path)
 
-        def on_record(record) -> None:
+        def on_record(record: QuestionRecord) -> None:
             with self._lock:
                 self.progress.questions_done += 1
             self.progress.emit("record")
-            if stopper is not None:
-                stopper.feed(record)
 
-        try:
-            summary = run_eval(
-                url,
-                self._task(cell),
-                settings=cell.eval,
-                concurrency=unit.concurrency,
-                out_path=records_path,
-                model=model,
-                run_tag=unit.run_tag,
-                on_record=on_record,
-            ).to_dict()
-        except EarlyStopped as stopped:
-            summary = stopped_summary(
-                records_path,
-                stopped,
-                task=self._task(cell),
-                settings=cell.eval,
-                concurrency=unit.concurrency,
-                model=model,
-            )
+        summary = run_eval(
+            url,
+            self._task(cell),
+            settings=cell.eval,
+            concurrency=unit.concurrency,
+            out_path=cs.records_path(unit.side, unit.concurrency, unit.repeat),
+            model=resolve_model_path(cell.model.path),
+            run_tag=unit.run_tag,
+            on_record=on_record,
+            should_stop=stopper,
+        )
+        stop = stopper.stop if stopper is not None else None
+        if stop is not None:
             self.progress.emit(
-                "verdict", f"{cell.name} c{unit.concurrency}: early stop ({stopped.stop.reason})"
+                "verdict", f"{cell.name} c{unit.concurrency}: early stop ({stop.reason})"
             )
         if endpoints is not None:
             endpoints.check_alive()
             after = _scrape(endpoints)
-            evidence = _kv_delta(before, after, endpoints) | {
-                "injections": _injections(endpoints, unit.run_tag)
-            }
+            evidence = KvEvidence(
+                decoders=_kv_deltas(before, after),
+                metrics_urls=tuple(endpoints.decoder_metrics_urls),
+                injections=_injections(endpoints, unit.run_tag),
+            )
             cs.write_kv(unit.concurrency, unit.repeat, evidence)
-        cs.write_unit_summary(unit.side, unit.concurrency, unit.repeat, summary)
-        accuracy = "n/a" if summary["accuracy"] is None else f"{summary['accuracy']:.3f}"
+        cs.write_unit_summary(unit.side, unit.concurrency, unit.repeat, summary, early_stop=stop)
+        accuracy = "n/a" if summary.accuracy is None else f"{summary.accuracy:.3f}"
         self.progress.emit(
             "unit-done",
             f"{cell.name} {unit.side} c{unit.concurrency} r{unit.repeat}: "
-            f"accuracy {accuracy} ({summary['n']} questions)",
+            f"accuracy {accuracy} ({summary.n} questions)",
         )
+
+    def _early_stop(self, cell: Cell) -> bool:
+        return self.options.early_stop or cell.analysis.early_stop
 
     def _stopper(self, cell: Cell, cs: CellStore, unit: Unit) -> UnitStopper | None:
-        """With early stop, a PD unit whose baseline is done is checked as its records arrive."""
-        if unit.side != "pd" or not (self.options.early_stop or cell.analysis.early_stop):
+        """With early stop, a PD unit whose baseline is done is checked as its records arrive,
+        by its level's one test (shared by the level's repeats)."""
+        if unit.side != "pd" or not self._early_stop(cell):
             return None
-        if not cs.unit_done("baseline", unit.concurrency, 0):
+        if not all(cs.unit_done("baseline", unit.concurrency, r) for r in range(cell.eval.repeats)):
             return None
-        from pdcheck.analysis.design import Design
-
-        baseline = read_records(cs.records_path("baseline", unit.concurrency, 0))
-        design = Design.plan(
-            len(baseline),
-            alpha=cell.analysis.alpha,
-            margin_pts=cell.analysis.margin_pts,
-            early_stop=True,
-        )
-        return UnitStopper(baseline, design=design)
+        key = (cell.id, unit.concurrency)
+        if key not in self._tests:
+            self._tests[key] = live_test(
+                cell,
+                cs,
+                unit.concurrency,
+                family_size=self.family_size,
+                planned_questions=self._questions(unit),
+            )
+        baseline = read_records(cs.records_path("baseline", unit.concurrency, unit.repeat))
+        return UnitStopper(baseline, SequentialRule(self._tests[key]))
 
     # -- judging --------------------------------------------------------------------------
 
@@ -326,27 +339,32 @@ class Engine:
         for c in cell.concurrency:
             if (only is not None and c != only) or (cell.id, c) in self._judged:
                 continue
-            if (cell.id, c) in self._stopped:
-                outcome = skip_level(cell, cs, c, reason=self._stopped[(cell.id, c)])
+            carried = self._stopped.get((cell.id, c))
+            if carried is not None:
+                outcome = carry_level(cell, cs, c, flagged=carried.outcome, at=carried.at)
             elif not level_ready(cell, cs, c):
                 continue
             else:
-                outcome = judge_level(cell, cs, c)
+                outcome = judge_level(
+                    cell,
+                    cs,
+                    c,
+                    family_size=self.family_size,
+                    early_stop=self._early_stop(cell),
+                    planned_questions=self._questions(Unit(cell.id, "pd", c, 0)),
+                )
             with self._lock:
-                self._judged[(cell.id, c)] = outcome.verdict
+                self._judged[(cell.id, c)] = outcome
                 self.progress.verdicts[outcome.verdict] += 1
                 self.progress.cells_done = sum(
                     all((k.id, level) in self._judged for level in k.concurrency)
                     for k in self.cells.values()
                 )
             self.progress.emit("verdict", f"{cell.name} c{c}: {outcome.verdict} ({outcome.reason})")
-            early_stop = self.options.early_stop or cell.analysis.early_stop
-            if early_stop and outcome.verdict in ("REGRESSION", "SUSPECT"):
+            if self._early_stop(cell) and outcome.verdict.flagged:
                 for later in cell.concurrency:
                     if later > c:
-                        self._stopped.setdefault(
-                            (cell.id, later), f"early stop: c{c} was {outcome.verdict}"
-                        )
+                        self._stopped.setdefault((cell.id, later), _Carried(c, outcome))
 
     def _set(self, cell: Cell, phase: str) -> None:
         self.progress.current_cell = cell.name
@@ -358,23 +376,24 @@ class Engine:
             self.progress.server_starts += 1
 
 
-def _fingerprint(prov) -> str:
+def _fingerprint(prov: Provenance) -> str:
     return f"{prov.vllm_version}@{prov.vllm_commit}"
 
 
-def _scrape(endpoints: PdEndpoints) -> list[Any]:
+def _scrape(endpoints: PdEndpoints) -> list[KvTransferMetrics]:
     from pdcheck.serving import scrape_kv_metrics
 
     return [scrape_kv_metrics(url) for url in endpoints.decoder_metrics_urls]
 
 
-def _kv_delta(before: list[Any] | None, after: list[Any], endpoints: PdEndpoints) -> dict[str, Any]:
-    """Per-decoder deltas over the unit; an empty list means no metrics URL (attach without one)."""
-    deltas = [a.minus(b).to_dict() for a, b in zip(after, before or [], strict=False)]
-    return {"decoders": deltas, "metrics_urls": list(endpoints.decoder_metrics_urls)}
+def _kv_deltas(
+    before: list[KvTransferMetrics] | None, after: list[KvTransferMetrics]
+) -> tuple[KvTransferMetrics, ...]:
+    """Per-decoder deltas over the unit; empty means no metrics URL (attach without one)."""
+    return tuple(a.minus(b) for a, b in zip(after, before or [], strict=False))
 
 
-def _injections(endpoints: PdEndpoints, run_tag: str) -> list[dict[str, Any]]:
+def _injections(endpoints: PdEndpoints, run_tag: str) -> tuple[dict[str, Any], ...]:
     """The plugin's injection-log lines of this unit (its run tag), from every decoder."""
     out = []
     for folder in endpoints.plugin_dirs:
@@ -384,4 +403,4 @@ def _injections(endpoints: PdEndpoints, run_tag: str) -> list[dict[str, Any]]:
         for line in log.read_text().splitlines():
             if line.strip() and f'"{run_tag}-q' in line:
                 out.append(json.loads(line))
-    return out
+    return tuple(out)

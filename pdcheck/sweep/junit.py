@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from pdcheck.analysis.verdict import Status
 from pdcheck.sweep.store import RunResults
 from pdcheck.sweep.summary import cell_outcomes
 
 
 def render_junit(results: RunResults) -> str:
     """A <testsuite> named after the sweep; fail → <failure>, infra → <error>, inconclusive → <skipped>."""
-    sweep = results.info.sweep.get("name") or "pdcheck"
+    sweep = results.info.sweep.name or "pdcheck"
     suite = ET.Element("testsuite", name=f"pdcheck.{sweep}")
     # Which pdcheck judged the run, as every report says (the run's own stamp, not this process's).
     properties = ET.SubElement(suite, "properties")
@@ -28,13 +29,13 @@ def render_junit(results: RunResults) -> str:
                 suite, "testcase", classname=f"{sweep}.{cell.name}", name=f"c{concurrency}"
             )
             message = f"{outcome.verdict}: {outcome.reason}"
-            if outcome.status == "fail":
+            if outcome.status is Status.FAIL:
                 failures += 1
                 ET.SubElement(case, "failure", message=message, type=outcome.verdict).text = message
-            elif outcome.status == "infra":
+            elif outcome.status is Status.INFRA:
                 errors += 1
                 ET.SubElement(case, "error", message=message, type=outcome.verdict).text = message
-            elif outcome.status == "inconclusive":
+            elif outcome.status is Status.INCONCLUSIVE:
                 skipped += 1
                 ET.SubElement(case, "skipped", message=message)
             else:
@@ -42,12 +43,12 @@ def render_junit(results: RunResults) -> str:
     if results.race is not None:
         tests += 1
         case = ET.SubElement(suite, "testcase", classname=f"{sweep}.race", name="harness")
-        status = results.race.get("status")
-        message = results.race.get("reason") or str(status)
-        if status == "fail":
+        status = results.race.status
+        message = results.race.reason or str(status)
+        if status is Status.FAIL:
             failures += 1
             ET.SubElement(case, "failure", message=message, type="RACE").text = message
-        elif status != "pass":
+        elif status is not Status.PASS:
             errors += 1
             ET.SubElement(case, "error", message=message, type="HARNESS").text = message
     suite.set("tests", str(tests))

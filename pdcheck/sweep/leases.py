@@ -57,7 +57,7 @@ class GpuLeases:
             table = self._read()
             if not self.indices:
                 keys = [CPU_TOKEN] if CPU_TOKEN not in table else []
-                taken: tuple = () if keys else None
+                taken: tuple[int, ...] | None = () if keys else None
             else:
                 free = [i for i in self.indices if str(i) not in table]
                 keys = [str(i) for i in free[:n]] if len(free) >= n else []

@@ -8,36 +8,31 @@ shards then came from different sweeps or a shard was run twice.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
+
 from pdcheck.errors import ConfigError
-from pdcheck.sweep.junit import render_junit
-from pdcheck.sweep.store import (
-    Provenance,
-    RunResults,
-    RunStore,
-    load_run,
-    read_json,
-    write_json_atomic,
-)
-from pdcheck.sweep.summary import summarize
+from pdcheck.sweep.finish import RenderReport, finish_run
+from pdcheck.sweep.results import read_run_file
+from pdcheck.sweep.schema import RunFile
+from pdcheck.sweep.store import RunResults, create_run
 
 
 def merge_runs(
-    sources: Sequence[Path], out: Path, *, render_report: Callable[[RunResults], str] | None = None
+    sources: Sequence[Path], out: Path, *, render_report: RenderReport | None = None
 ) -> RunResults:
     """Copy every shard's cells (and the race summary) into `out`, then write junit, report and summary."""
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out} already holds files; merge into a new folder")
-    runs = []
+    runs: list[RunFile] = []
     for src in sources:
-        run = read_json(Path(src) / "run.json")
+        run = read_run_file(Path(src))
         if run is None:
             raise ConfigError(f"{src} is not a pdcheck run folder (no run.json)")
         runs.append(run)
-    shas = {r["sweep"].get("sha256") for r in runs}
-    if len(shas) > 1:
+    if len({r.sweep.sha256 for r in runs}) > 1:
         raise ConfigError(
             "the folders come from different sweep files (sha256 differs); merge shards of one sweep"
         )
@@ -57,20 +52,13 @@ def merge_runs(
         if race.is_dir() and not (out / "race").exists():
             shutil.copytree(race, out / "race")
     first = runs[0]
-    merged = dict(
-        first,
-        finished=max((r.get("finished") or "" for r in runs), default=None) or None,
-        shard=None,
-        started=min(r.get("started") or "" for r in runs),
+    store = create_run(
+        out,
+        provenance=first.provenance,
+        sweep=msgspec.structs.replace(first.sweep, cells=tuple(sorted(owner)), selection=None),
+        environment=first.environment,
+        started=min(r.started for r in runs),
         merged_from=[str(s) for s in sources],
-        shards=[r.get("shard") for r in runs],
+        shards=[r.shard for r in runs],
     )
-    merged["sweep"] = dict(first["sweep"], cells=sorted(owner), selection=None)
-    write_json_atomic(out / "run.json", merged)
-    store = RunStore(out, Provenance.from_stamp(first))
-    results = load_run(out)
-    store.write_junit(render_junit(results))
-    if render_report is not None:
-        store.write_report(render_report(results))
-    store.finish(summarize(results))
-    return load_run(out)
+    return finish_run(store, render_report=render_report)

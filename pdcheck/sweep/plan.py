@@ -22,11 +22,14 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from pdcheck.config import Cell
 from pdcheck.errors import GpuInventoryError
 
-SIDES = ("baseline", "pd")
+# The two sides of a comparison: the no-PD baseline server, and the PD topology.
+Side = Literal["baseline", "pd"]
+SIDES: tuple[Side, ...] = ("baseline", "pd")
 # Cell fields that never change a server: they act on the client or the analysis.
 _CLIENT_FIELDS = ("sweep", "concurrency", "eval", "analysis")
 
@@ -36,7 +39,7 @@ class Unit:
     """One eval run: a side of a cell at one concurrency level and repeat."""
 
     cell_id: str
-    side: str
+    side: Side
     concurrency: int
     repeat: int
 
@@ -53,7 +56,7 @@ class Job:
     `shares` are the other cells whose baseline units are copies of this job's (same key).
     """
 
-    side: str
+    side: Side
     key: str
     cell: Cell
     units: tuple[Unit, ...]
@@ -99,7 +102,7 @@ def prefill_key(cell: Cell) -> str:
     return _digest(data)
 
 
-def cell_units(cell: Cell, side: str) -> tuple[Unit, ...]:
+def cell_units(cell: Cell, side: Side) -> tuple[Unit, ...]:
     return tuple(
         Unit(cell.id, side, c, r) for c in cell.concurrency for r in range(cell.eval.repeats)
     )
@@ -133,7 +136,7 @@ def plan_jobs(
             Job("baseline", key, owner, cell_units(owner, "baseline"), shares=tuple(members[1:]))
         )
         # Stable sort: cells keep sweep order within one prefill configuration.
-        first_seen = {}
+        first_seen: dict[str, int] = {}
         for cell in members:
             first_seen.setdefault(prefill_key(cell), len(first_seen))
         for cell in sorted(members, key=lambda c: first_seen[prefill_key(c)]):

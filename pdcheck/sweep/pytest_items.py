@@ -3,7 +3,7 @@
 Each item runs its cell's units with the sweep engine into one shared results folder (the
 same format as `pdcheck sweep`), holding a GPU lease for the time its servers are up, so
 xdist workers never share a GPU (or, on CPU, never run two topologies at once). The
-controller writes summary.json and junit.xml at session end.
+controller finishes the folder at session end (junit.xml, report.md, summary.json).
 """
 
 from __future__ import annotations
@@ -14,12 +14,15 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from pdcheck.analysis.verdict import Status
 from pdcheck.config import Cell, expand_cells, load_sweep, select_cells
 from pdcheck.sweep.backends import AttachBackend
 from pdcheck.sweep.engine import Engine
+from pdcheck.sweep.finish import RenderReport, finish_run
 from pdcheck.sweep.leases import GpuLeases
-from pdcheck.sweep.store import Provenance, RunStore, load_cell, load_run, read_json
-from pdcheck.sweep.summary import cell_outcomes, summarize
+from pdcheck.sweep.schema import Selection, SweepInfo
+from pdcheck.sweep.store import RunStore, create_run, load_cell, open_run
+from pdcheck.sweep.summary import cell_outcomes
 
 
 class CellFailed(Exception):
@@ -52,7 +55,7 @@ class CellItem(pytest.Item):
         bad = [
             f"c{c}: {o.verdict} ({o.status}): {o.reason}"
             for c, o in outcomes
-            if o.status in ("fail", "infra")
+            if o.status in (Status.FAIL, Status.INFRA)
         ]
         for c, o in outcomes:
             self.user_properties.append((f"c{c}", f"{o.verdict}: {o.reason}"))
@@ -93,45 +96,34 @@ def open_store(config) -> RunStore:
     root = results_dir(config)
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / ".run.lock")):
-        run = read_json(root / "run.json")
-        if run is not None:
-            return RunStore(root, Provenance.from_stamp(run))
-        from pdcheck.serving.environment import collect_environment
+        store = open_run(root)
+        if store is not None:
+            return store
+        from pdcheck.sweep.run import run_environment
 
         attached = config.getoption("pdcheck_baseline_url") is not None
-        environment = {"attached": True} if attached else collect_environment()
-        vllm = environment.get("vllm", {})
+        environment, provenance = run_environment(attached=attached)
         path = Path(config.getoption("pdcheck_sweep"))
         spec = load_sweep(path)
-        return RunStore.create(
+        return create_run(
             root,
-            provenance=Provenance(
-                vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit")
-            ),
+            provenance=provenance,
             environment=environment,
-            sweep={
-                "name": spec.name,
-                "file": str(path),
-                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                "selection": {
-                    "only": list(config.getoption("pdcheck_only") or ()),
-                    "runner": "pytest",
-                },
-            },
+            sweep=SweepInfo(
+                name=spec.name,
+                file=str(path),
+                sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+                selection=Selection(
+                    only=tuple(config.getoption("pdcheck_only") or ()), runner="pytest"
+                ),
+            ),
         )
 
 
-def finish_session(config) -> None:
-    """On the controller (or a run without xdist): junit.xml and summary.json for the folder."""
+def finish_session(config, *, render_report: RenderReport | None = None) -> None:
+    """On the controller (or a run without xdist): junit.xml, report.md and summary.json."""
     if hasattr(config, "workerinput"):
         return
-    root = results_dir(config)
-    run = read_json(root / "run.json")
-    if run is None:
-        return
-    from pdcheck.sweep.junit import render_junit
-
-    store = RunStore(root, Provenance.from_stamp(run))
-    results = load_run(root)
-    store.write_junit(render_junit(results))
-    store.finish(summarize(results))
+    store = open_run(results_dir(config))
+    if store is not None:
+        finish_run(store, render_report=render_report)

@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pdcheck.analysis.verdict import Status
 from pdcheck.config.schema import RaceSettings
+from pdcheck.sweep.schema import RaceOutcome
 
-_STATUS = {0: "pass", 1: "fail"}
+_STATUS = {0: Status.PASS, 1: Status.FAIL}
 
 
 def race_argv(settings: RaceSettings, *, python: str, json_path: Path) -> list[str]:
@@ -36,7 +38,7 @@ def race_argv(settings: RaceSettings, *, python: str, json_path: Path) -> list[s
 
 def run_race_subprocess(
     settings: RaceSettings, *, python: str, out_dir: Path, timeout_s: float = 1800.0
-) -> dict[str, Any]:
+) -> RaceOutcome:
     """The harness's outcome as the race summary: status pass/fail/infra, reason, exit code, its JSON."""
     json_path = out_dir / "race.json"
     log_path = out_dir / "race.log"
@@ -51,12 +53,12 @@ def run_race_subprocess(
     except subprocess.TimeoutExpired:
         code = None
     result = json.loads(json_path.read_text()) if json_path.is_file() else None
-    status = _STATUS.get(code, "infra") if code is not None else "infra"
+    status = _STATUS.get(code, Status.INFRA) if code is not None else Status.INFRA
     if code is None:
         reason = f"the harness did not finish within {timeout_s:g} s (log: {log_path})"
-    elif status == "pass":
+    elif status is Status.PASS:
         reason = "no findings"
-    elif status == "fail":
+    elif status is Status.FAIL:
         reason = _findings_line(result)
     else:
         tail = (
@@ -65,14 +67,14 @@ def run_race_subprocess(
             else []
         )
         reason = f"the harness could not run (exit {code}): {tail[0] if tail else 'no output'} (log: {log_path})"
-    return {
-        "status": status,
-        "reason": reason,
-        "exit_code": code,
-        "argv": argv,
-        "duration_s": round(time.monotonic() - start, 2),
-        "result": result,
-    }
+    return RaceOutcome(
+        status=status,
+        reason=reason,
+        exit_code=code,
+        argv=tuple(argv),
+        duration_s=round(time.monotonic() - start, 2),
+        result=result,
+    )
 
 
 def _findings_line(result: dict[str, Any] | None) -> str:

@@ -1,52 +1,75 @@
-"""Read a run folder into typed records: `load_run(dir) -> RunResults` (what report and bisect read)."""
+"""Read a run folder into typed records: `load_run(dir) -> RunResults` (what report and bisect read).
+
+Every file is decoded into its `pdcheck.sweep.schema` struct; a file that does not match raises
+ResultsFileError naming it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+import json
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from pydantic import ValidationError
+
+from pdcheck.analysis.sequential import EarlyStop
+from pdcheck.config import Cell
 from pdcheck.evals.records import QuestionRecord, read_records
-from pdcheck.sweep._files import SIDES, Provenance, read_json
+from pdcheck.evals.summary import EvalSummary
+from pdcheck.sweep._files import read_file
+from pdcheck.sweep.plan import SIDES, Side
+from pdcheck.sweep.schema import (
+    CellFile,
+    FailureFile,
+    KvEvidence,
+    KvFile,
+    Provenance,
+    RaceFile,
+    RaceOutcome,
+    RunFile,
+    RunSummary,
+    SweepInfo,
+    UnitFile,
+    VerdictFile,
+)
 
-
-@dataclass(frozen=True)
-class Failure:
-    error_type: str
-    message: str
-    cell: str | None
-    where: str
-    at: str | None = None
-    traceback: str | None = None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Failure:
-        return cls(
-            data.get("error_type", "?"),
-            data.get("message", ""),
-            data.get("cell"),
-            data.get("where", ""),
-            data.get("at"),
-            data.get("traceback"),
-        )
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class UnitResult:
     """One (side, concurrency, repeat) of a cell: an eval run against one URL."""
 
-    side: str
+    side: Side
     concurrency: int
     repeat: int
     dir: Path
-    summary: dict[str, Any] | None
-    reused_from: str | None
-    failure: Failure | None
-    provenance: Provenance | None
+    file: UnitFile | None
+    failure: FailureFile | None
 
     @property
     def done(self) -> bool:
-        return self.summary is not None
+        return self.file is not None
+
+    @property
+    def summary(self) -> EvalSummary | None:
+        return self.file.summary if self.file is not None else None
+
+    @property
+    def reused_from(self) -> str | None:
+        return self.file.reused_from if self.file is not None else None
+
+    @property
+    def early_stop(self) -> EarlyStop | None:
+        return self.file.early_stop if self.file is not None else None
+
+    @property
+    def provenance(self) -> Provenance | None:
+        return self.file.provenance if self.file is not None else None
 
     @property
     def records_path(self) -> Path:
@@ -54,30 +77,6 @@ class UnitResult:
 
     def records(self) -> list[QuestionRecord]:
         return read_records(self.records_path) if self.records_path.is_file() else []
-
-
-@dataclass(frozen=True)
-class VerdictEntry:
-    """The verdict of one cell at one concurrency, with the comparison behind it."""
-
-    concurrency: int
-    verdict: dict[str, Any]
-    comparison: dict[str, Any] | None
-    outcome: dict[str, Any]
-    injection: dict[str, Any] | None = None
-
-    @property
-    def name(self) -> str:
-        return self.verdict.get("verdict", "?")
-
-    @property
-    def reason(self) -> str:
-        return self.verdict.get("reason", "")
-
-    @property
-    def status(self) -> str:
-        """pass, fail, infra or inconclusive, after the canary logic."""
-        return self.outcome.get("status", "?")
 
 
 @dataclass(frozen=True)
@@ -91,42 +90,72 @@ class CellResult:
     canary: bool
     provenance: Provenance | None
     units: tuple[UnitResult, ...]
-    kv: dict[tuple[int, int], dict[str, Any]]
-    verdicts: dict[int, VerdictEntry]
-    failure: Failure | None
+    kv: dict[tuple[int, int], KvEvidence]
+    verdicts: dict[int, VerdictFile]
+    failure: FailureFile | None
 
-    def unit(self, side: str, concurrency: int, repeat: int) -> UnitResult | None:
+    def unit(self, side: Side, concurrency: int, repeat: int) -> UnitResult | None:
         for u in self.units:
             if (u.side, u.concurrency, u.repeat) == (side, concurrency, repeat):
                 return u
         return None
 
+    @functools.cached_property
+    def spec(self) -> Cell | None:
+        """The resolved cell of cell.json, or None when it is not a valid cell for this pdcheck."""
+        try:
+            return Cell.model_validate(self.resolved)
+        except ValidationError as exc:
+            logger.warning("%s: cell.json holds no valid cell (%s)", self.dirname, exc)
+            return None
+
     @property
     def concurrency(self) -> tuple[int, ...]:
+        # From the raw dict, not `spec`: the levels stay readable when the rest of the cell is not.
         return tuple(self.resolved.get("concurrency", ()))
 
 
 @dataclass(frozen=True)
 class RunInfo:
     root: Path
-    provenance: Provenance
-    sweep: dict[str, Any]
-    environment: dict[str, Any]
-    started: str | None
-    finished: str | None
-    resumed: tuple[str, ...] = ()
-    shard: tuple[int, int] | None = None
-    merged_from: tuple[str, ...] = ()
+    file: RunFile
+
+    @property
+    def provenance(self) -> Provenance:
+        return self.file.provenance
+
+    @property
+    def sweep(self) -> SweepInfo:
+        return self.file.sweep
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        return self.file.environment
+
+    @property
+    def started(self) -> str:
+        return self.file.started
+
+    @property
+    def finished(self) -> str | None:
+        return self.file.finished
+
+    @property
+    def merged_from(self) -> tuple[str, ...]:
+        return self.file.merged_from
 
 
 @dataclass(frozen=True)
 class RunResults:
-    """Everything in one run folder, as typed records (what `report` and `bisect` read)."""
+    """Everything in one run folder, as typed records (what `report` and `bisect` read).
+
+    `summary` is the run's summary.json, or None while the run is unfinished.
+    """
 
     info: RunInfo
     cells: tuple[CellResult, ...]
-    race: dict[str, Any] | None
-    summary: dict[str, Any] | None = field(default=None)
+    race: RaceOutcome | None
+    summary: RunSummary | None = None
 
     def cell(self, name_or_id: str) -> CellResult:
         for c in self.cells:
@@ -135,19 +164,20 @@ class RunResults:
         raise KeyError(f"no cell {name_or_id!r} in {self.info.root}")
 
 
-def _load_unit(path: Path, side: str, concurrency: int, repeat: int) -> UnitResult:
-    summary = read_json(path / "summary.json")
-    failure = read_json(path / "failure.json")
-    return UnitResult(
-        side=side,
-        concurrency=concurrency,
-        repeat=repeat,
-        dir=path,
-        summary=summary["summary"] if summary else None,
-        reused_from=summary.get("reused_from") if summary else None,
-        failure=Failure.from_dict(failure) if failure else None,
-        provenance=Provenance.from_stamp(summary) if summary else None,
-    )
+def _load_unit(path: Path, side: Side, concurrency: int, repeat: int) -> UnitResult:
+    unit = read_file(path / "summary.json", UnitFile)
+    failure = read_file(path / "failure.json", FailureFile)
+    if unit is not None and unit.early_stop is None and unit.schema_version == 1:
+        unit = _v1_early_stop(path / "summary.json", unit)
+    return UnitResult(side, concurrency, repeat, path, unit, failure)
+
+
+def _v1_early_stop(path: Path, unit: UnitFile) -> UnitFile:
+    """Version 1 kept an early stop's evidence inside the eval summary."""
+    stop = json.loads(path.read_text(encoding="utf-8"))["summary"].get("early_stop")
+    if stop is None:
+        return unit
+    return msgspec.structs.replace(unit, early_stop=msgspec.convert(stop, EarlyStop))
 
 
 def _int_suffix(name: str, prefix: str) -> int | None:
@@ -155,8 +185,12 @@ def _int_suffix(name: str, prefix: str) -> int | None:
     return int(rest) if rest.isdigit() else None
 
 
+def read_cell_file(path: Path) -> CellFile | None:
+    return read_file(path / "cell.json", CellFile)
+
+
 def load_cell(path: Path) -> CellResult:
-    meta = read_json(path / "cell.json") or {}
+    meta = read_cell_file(path)
     name, _, cell_id = path.name.rpartition("--")
     units = []
     for side in SIDES:
@@ -168,32 +202,27 @@ def load_cell(path: Path) -> CellResult:
                     units.append(_load_unit(rdir, side, c, r))
     kv = {}
     for kfile in sorted((path / "kv").glob("c*-r*.json")):
-        data = read_json(kfile) or {}
-        kv[(data["concurrency"], data["repeat"])] = data.get("kv", {})
+        k = read_file(kfile, KvFile)
+        if k is not None:
+            kv[(k.concurrency, k.repeat)] = k.kv
     verdicts = {}
     for vfile in sorted((path / "verdicts").glob("c*.json")):
-        data = read_json(vfile) or {}
-        verdicts[data["concurrency"]] = VerdictEntry(
-            data["concurrency"],
-            data.get("verdict", {}),
-            data.get("comparison"),
-            data.get("outcome", {}),
-            data.get("injection"),
-        )
-    failure = read_json(path / "failure.json")
+        v = read_file(vfile, VerdictFile)
+        if v is not None:
+            verdicts[v.concurrency] = v
     return CellResult(
         dirname=path.name,
-        name=meta.get("name", name),
-        id=meta.get("id", cell_id),
-        resolved=meta.get("resolved", {}),
-        servers=meta.get("servers", {}),
-        baseline_key=meta.get("baseline_key"),
-        canary=bool(meta.get("canary", False)),
-        provenance=Provenance.from_stamp(meta) if meta else None,
+        name=meta.name if meta else name,
+        id=meta.id if meta else cell_id,
+        resolved=meta.resolved if meta else {},
+        servers=meta.servers if meta else {},
+        baseline_key=meta.baseline_key if meta else None,
+        canary=meta.canary if meta else False,
+        provenance=meta.provenance if meta else None,
         units=tuple(sorted(units, key=lambda u: (u.side, u.concurrency, u.repeat))),
         kv=dict(sorted(kv.items())),
         verdicts=dict(sorted(verdicts.items())),
-        failure=Failure.from_dict(failure) if failure else None,
+        failure=read_file(path / "failure.json", FailureFile),
     )
 
 
@@ -203,34 +232,27 @@ def donors(root: Path, baseline_key: str, *, exclude: str) -> list[CellResult]:
     for path in sorted((Path(root) / "cells").glob("*--*")):
         if path.name == exclude:
             continue
-        meta = read_json(path / "cell.json")
-        if meta and meta.get("baseline_key") == baseline_key:
+        meta = read_cell_file(path)
+        if meta is not None and meta.baseline_key == baseline_key:
             out.append(load_cell(path))
     return out
+
+
+def read_run_file(root: Path) -> RunFile | None:
+    return read_file(Path(root) / "run.json", RunFile)
 
 
 def load_run(root: str | Path) -> RunResults:
     """Read a run folder (finished, interrupted or merged). Raises FileNotFoundError without run.json."""
     root = Path(root)
-    run = read_json(root / "run.json")
+    run = read_run_file(root)
     if run is None:
         raise FileNotFoundError(f"{root} is not a pdcheck run folder: it has no run.json")
-    info = RunInfo(
-        root=root,
-        provenance=Provenance.from_stamp(run),
-        sweep=run.get("sweep", {}),
-        environment=run.get("environment", {}),
-        started=run.get("started"),
-        finished=run.get("finished"),
-        resumed=tuple(run.get("resumed", ())),
-        shard=tuple(run["shard"]) if run.get("shard") else None,
-        merged_from=tuple(run.get("merged_from", ())),
-    )
     cells = tuple(load_cell(p) for p in sorted((root / "cells").glob("*--*")) if p.is_dir())
-    race = read_json(root / "race" / "summary.json")
+    race = read_file(root / "race" / "summary.json", RaceFile)
     return RunResults(
-        info=info,
+        info=RunInfo(root, run),
         cells=cells,
-        race=race.get("race") if race else None,
-        summary=read_json(root / "summary.json"),
+        race=race.race if race else None,
+        summary=read_file(root / "summary.json", RunSummary),
     )

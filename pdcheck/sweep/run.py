@@ -6,13 +6,14 @@ checked here before anything starts or is written.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pdcheck.config import (
     Cell,
@@ -22,11 +23,16 @@ from pdcheck.config import (
     resolve_sweep_path,
     select_cells,
 )
+from pdcheck.config.schema import RaceSettings
 from pdcheck.errors import ConfigError
 from pdcheck.sweep.backends import AttachBackend, Backend
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
 from pdcheck.sweep.events import EventSink
-from pdcheck.sweep.store import Provenance, RunResults, RunStore, read_json
+from pdcheck.sweep.finish import RenderReport
+from pdcheck.sweep.judging import clean_tests
+from pdcheck.sweep.results import read_run_file
+from pdcheck.sweep.schema import Selection, SweepInfo
+from pdcheck.sweep.store import Provenance, RunStore, create_run
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +68,8 @@ class PreparedSweep:
     cells: tuple[Cell, ...]
     out: Path
     resuming: bool
+    # Clean tests over the whole selection (every shard): Holm's family.
+    family_size: int = 0
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -87,27 +95,27 @@ def default_sweep_file(*, has_gpus: bool) -> str:
 def prepare(request: SweepRequest) -> PreparedSweep:
     """Resolve file, cells and run folder; raises ConfigError (starting nothing) on bad input."""
     file = request.file
-    previous = read_json(request.resume / "run.json") if request.resume else None
+    previous = read_run_file(request.resume) if request.resume else None
     if request.resume is not None and previous is None:
         raise ConfigError(f"--resume {request.resume}: not a pdcheck run folder (no run.json)")
     if file is None and previous is not None:
-        file = previous["sweep"]["file"]
+        file = previous.sweep.file
     if file is None:
         raise ConfigError("no sweep file given")
     path = resolve_sweep_path(file)
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    if previous is not None and previous["sweep"].get("sha256") != sha:
+    if previous is not None and previous.sweep.sha256 != sha:
         raise ConfigError(
             f"--resume {request.resume}: {path} changed since that run started (sha256 differs); "
             "resume with the same file, or start a new run with --out"
         )
     spec = load_sweep(path)
-    selection = previous["sweep"].get("selection", {}) if previous else {}
-    only = request.only or tuple(selection.get("only", ()))
-    keyword = request.keyword or selection.get("keyword")
-    shard = request.shard or (tuple(selection["shard"]) if selection.get("shard") else None)
-    cells = select_cells(expand_cells(spec), only=only, keyword=keyword)
-    cells = shard_cells(cells, shard)
+    selection = (previous.sweep.selection if previous else None) or Selection()
+    only = request.only or selection.only
+    keyword = request.keyword or selection.keyword
+    shard = request.shard or selection.shard
+    selected = select_cells(expand_cells(spec), only=only, keyword=keyword)
+    cells = shard_cells(selected, shard)
     if request.attach is not None and len(cells) != 1:
         raise ConfigError(
             f"attach mode tests exactly one cell against your servers, but {len(cells)} are selected; "
@@ -122,7 +130,15 @@ def prepare(request: SweepRequest) -> PreparedSweep:
             raise ConfigError(
                 f"--out {out} already holds files; use --resume {out} to continue that run, or a new folder"
             )
-    return PreparedSweep(spec, path, sha, tuple(cells), Path(out), request.resume is not None)
+    return PreparedSweep(
+        spec,
+        path,
+        sha,
+        tuple(cells),
+        Path(out),
+        request.resume is not None,
+        family_size=clean_tests(selected),
+    )
 
 
 def make_backend(request: SweepRequest, prepared: PreparedSweep) -> Backend:
@@ -134,63 +150,69 @@ def make_backend(request: SweepRequest, prepared: PreparedSweep) -> Backend:
     return ServingBackend.for_cells(prepared.cells, run_dir=prepared.out)
 
 
+def run_environment(*, attached: bool) -> tuple[dict[str, Any], Provenance]:
+    """run.json's environment and the provenance every file is stamped with.
+
+    Attached servers were not started by pdcheck, so their vLLM is not known here.
+    """
+    if attached:
+        return {"attached": True}, Provenance()
+    from pdcheck.serving.environment import collect_environment
+
+    environment = collect_environment()
+    vllm = environment["vllm"]
+    return environment, Provenance(
+        vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit")
+    )
+
+
 def run_sweep(
     request: SweepRequest,
     *,
     on_event: EventSink | None = None,
     backend: Backend | None = None,
-    render_report: Callable[[RunResults], str] | None = None,
+    render_report: RenderReport | None = None,
 ) -> SweepResult:
     """Run (or resume) a sweep; writes junit.xml, report.md (with `render_report`) and summary.json last."""
     prepared = prepare(request)
     backend = backend or make_backend(request, prepared)
-    from pdcheck.serving.environment import collect_environment
-
-    environment = collect_environment() if request.attach is None else {"attached": True}
-    vllm = environment.get("vllm", {})
-    provenance = Provenance(
-        vllm_version=vllm.get("vllm_version"), vllm_commit=vllm.get("vllm_commit")
-    )
+    environment, provenance = run_environment(attached=request.attach is not None)
     shard = request.shard
-    store = RunStore.create(
+    store = create_run(
         prepared.out,
         provenance=provenance,
         environment=environment,
         shard=shard,
-        sweep={
-            "name": prepared.spec.name,
-            "file": str(prepared.path),
-            "sha256": prepared.sha256,
-            "cells": [c.dirname for c in prepared.cells],
-            "selection": {
-                "only": list(request.only),
-                "keyword": request.keyword,
-                "shard": list(shard) if shard else None,
-            },
-        },
+        sweep=SweepInfo(
+            name=prepared.spec.name,
+            file=str(prepared.path),
+            sha256=prepared.sha256,
+            cells=tuple(c.dirname for c in prepared.cells),
+            selection=Selection(only=request.only, keyword=request.keyword, shard=shard),
+        ),
     )
+    # Holm's family is the whole selection, every shard's tests: a shard's early stops hold
+    # when `pdcheck merge` applies Holm over all of them.
+    options = replace(request.options, family_size=prepared.family_size)
     engine = Engine(
-        prepared.cells, store=store, backend=backend, options=request.options, on_event=on_event
+        prepared.cells, store=store, backend=backend, options=options, on_event=on_event
     )
     # The harness runs once per sweep: in an unsharded run or in shard 1.
-    run_race = (
-        prepared.spec.race is not None
-        and request.attach is None
-        and (shard is None or shard[0] == 1)
-    )
+    race = prepared.spec.race
+    run_race = race is not None and request.attach is None and (shard is None or shard[0] == 1)
     return engine.run(
-        before_finish=(lambda: _race(prepared, store, engine)) if run_race else None,
+        before_finish=functools.partial(_race, race, store, engine) if race and run_race else None,
         render_report=render_report,
     )
 
 
-def _race(prepared: PreparedSweep, store: RunStore, engine: Engine) -> None:
+def _race(settings: RaceSettings, store: RunStore, engine: Engine) -> None:
     from pdcheck.sweep.race import run_race_subprocess
 
     if store.root.joinpath("race", "summary.json").is_file():
         return  # resumed run: the harness already ran
     engine.progress.phase = "race harness"
     engine.progress.emit("phase", "race harness")
-    summary = run_race_subprocess(prepared.spec.race, python=sys.executable, out_dir=store.race_dir)
-    store.write_race_summary(summary)
-    engine.progress.emit("race", f"race harness: {summary['status']} ({summary['reason']})")
+    race = run_race_subprocess(settings, python=sys.executable, out_dir=store.race_dir)
+    store.write_race_summary(race)
+    engine.progress.emit("race", f"race harness: {race.status} ({race.reason})")

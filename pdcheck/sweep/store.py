@@ -1,7 +1,7 @@
 """The results store: the only writer under a run folder, and its reader `load_run`.
 
-Layout (every JSON carries `schema_version` and the provenance stamp: pdcheck version,
-vLLM version/commit, dataset sha)::
+Layout (every JSON is a `pdcheck.sweep.schema` struct carrying `schema_version` and the
+provenance stamp: pdcheck version, vLLM version/commit, dataset sha)::
 
     <run>/run.json                                  sweep, environment, started/finished, shard
     <run>/cells/<name>--<id>/cell.json              resolved cell, server commands, baseline key
@@ -9,8 +9,7 @@ vLLM version/commit, dataset sha)::
     <run>/cells/<name>--<id>/<side>/c<N>/r<k>/summary.json    written last: the unit is done
     <run>/cells/<name>--<id>/<side>/c<N>/r<k>/failure.json    the unit failed (sidecar)
     <run>/cells/<name>--<id>/kv/c<N>-r<k>.json      KV-transfer metrics of one PD unit
-    <run>/cells/<name>--<id>/verdicts/c<N>.json     PairedComparison + CellVerdict dicts
-    <run>/cells/<name>--<id>/failure.json           the cell failed before its units ran
+    <run>/cells/<name>--<id>/verdicts/c<N>.json     CellVerdict, its outcome, the PairedComparison
     <run>/cells/<name>--<id>/logs/                  server logs
     <run>/race/summary.json, <run>/summary.json, <run>/junit.xml, <run>/report.md
 
@@ -23,32 +22,52 @@ temporary file and renamed, so a reader never sees half a file.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from pdcheck.analysis.injection import InjectionPrecision
+from pdcheck.analysis.paired import PairedComparison
+from pdcheck.analysis.sequential import EarlyStop
+from pdcheck.analysis.verdict import CellVerdict, Outcome
+from pdcheck.evals.summary import EvalSummary
 from pdcheck.sweep._files import (
-    SIDES,
-    STORE_SCHEMA_VERSION,
-    Provenance,
-    Side,
-    failure_dict,
+    failure_file,
     now_iso,
-    read_json,
+    read_file,
     trim_torn_tail,
     unit_rel,
-    write_json_atomic,
+    write_file,
     write_text_atomic,
 )
+from pdcheck.sweep.plan import SIDES, Side
 from pdcheck.sweep.results import (
     CellResult,
-    Failure,
     RunInfo,
     RunResults,
     UnitResult,
-    VerdictEntry,
     donors,
     load_cell,
     load_run,
+    read_run_file,
+)
+from pdcheck.sweep.schema import (
+    STORE_SCHEMA_VERSION,
+    CellFile,
+    FailureFile,
+    KvEvidence,
+    KvFile,
+    Provenance,
+    RaceFile,
+    RaceOutcome,
+    RunFile,
+    RunSummary,
+    SweepInfo,
+    UnitFile,
+    VerdictFile,
+    stamp,
 )
 
 __all__ = [
@@ -56,19 +75,18 @@ __all__ = [
     "STORE_SCHEMA_VERSION",
     "CellResult",
     "CellStore",
-    "Failure",
     "Provenance",
     "RunInfo",
     "RunResults",
     "RunStore",
     "Side",
+    "SweepInfo",
     "UnitResult",
-    "VerdictEntry",
+    "create_run",
     "donors",
     "load_cell",
     "load_run",
-    "read_json",
-    "write_json_atomic",
+    "open_run",
 ]
 
 
@@ -86,9 +104,6 @@ class CellStore:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _write(self, path: Path, payload: dict[str, Any]) -> None:
-        write_json_atomic(path, self.provenance.stamp() | payload)
-
     def write_cell(
         self,
         *,
@@ -99,17 +114,18 @@ class CellStore:
         servers: dict[str, Any],
         canary: bool,
     ) -> None:
-        self._write(
+        write_file(
             self.dir / "cell.json",
-            {
-                "name": name,
-                "id": cell_id,
-                "dirname": self.dirname,
-                "resolved": resolved,
-                "baseline_key": baseline_key,
-                "servers": servers,
-                "canary": canary,
-            },
+            CellFile(
+                **stamp(self.provenance),
+                name=name,
+                id=cell_id,
+                dirname=self.dirname,
+                resolved=resolved,
+                baseline_key=baseline_key,
+                servers=servers,
+                canary=canary,
+            ),
         )
 
     def unit_dir(self, side: Side, concurrency: int, repeat: int) -> Path:
@@ -135,21 +151,24 @@ class CellStore:
         side: Side,
         concurrency: int,
         repeat: int,
-        summary: dict[str, Any],
+        summary: EvalSummary,
         *,
         reused_from: str | None = None,
+        early_stop: EarlyStop | None = None,
     ) -> None:
         """Marks the unit done; clears a failure sidecar left by an earlier attempt."""
         unit = self.unit_dir(side, concurrency, repeat)
-        self._write(
+        write_file(
             unit / "summary.json",
-            {
-                "side": side,
-                "concurrency": concurrency,
-                "repeat": repeat,
-                "summary": summary,
-                "reused_from": reused_from,
-            },
+            UnitFile(
+                **stamp(self.provenance),
+                side=side,
+                concurrency=concurrency,
+                repeat=repeat,
+                summary=summary,
+                reused_from=reused_from,
+                early_stop=early_stop,
+            ),
         )
         (unit / "failure.json").unlink(missing_ok=True)
 
@@ -157,24 +176,25 @@ class CellStore:
         self, side: Side, concurrency: int, repeat: int, exc: BaseException
     ) -> None:
         where = unit_rel(side, concurrency, repeat)
-        self._write(
+        write_file(
             self.unit_dir(side, concurrency, repeat) / "failure.json",
-            failure_dict(exc, cell=self.dirname, where=where),
+            failure_file(exc, cell=self.dirname, where=where, provenance=self.provenance),
         )
 
     def copy_unit_failure(
         self, source: CellStore, side: Side, concurrency: int, repeat: int
     ) -> None:
         """A shared unit failed in the cell that ran it: the sharing cell gets the same sidecar."""
-        data = read_json(source.dir / unit_rel(side, concurrency, repeat) / "failure.json")
-        if data is not None:
-            write_json_atomic(self.unit_dir(side, concurrency, repeat) / "failure.json", data)
+        rel = unit_rel(side, concurrency, repeat)
+        failure = read_file(source.dir / rel / "failure.json", FailureFile)
+        if failure is not None:
+            write_file(self.unit_dir(side, concurrency, repeat) / "failure.json", failure)
 
     def copy_baseline_unit(self, source: CellStore, concurrency: int, repeat: int) -> None:
         """Reuse another cell's finished baseline unit (same `Cell.baseline_key()` and vLLM)."""
         src = source.dir / unit_rel("baseline", concurrency, repeat)
-        data = read_json(src / "summary.json")
-        if data is None:
+        unit = read_file(src / "summary.json", UnitFile)
+        if unit is None:
             raise FileNotFoundError(f"baseline unit {src} has no summary.json; it is not done")
         dst = self.unit_dir("baseline", concurrency, repeat)
         shutil.copyfile(src / "records.jsonl", dst / "records.jsonl")
@@ -182,85 +202,55 @@ class CellStore:
             "baseline",
             concurrency,
             repeat,
-            data["summary"],
-            reused_from=data.get("reused_from") or source.dirname,
+            unit.summary,
+            reused_from=unit.reused_from or source.dirname,
         )
 
-    def write_kv(self, concurrency: int, repeat: int, kv: dict[str, Any]) -> None:
-        self._write(
+    def write_kv(self, concurrency: int, repeat: int, kv: KvEvidence) -> None:
+        write_file(
             self.dir / "kv" / f"c{concurrency}-r{repeat}.json",
-            {"concurrency": concurrency, "repeat": repeat, "kv": kv},
+            KvFile(**stamp(self.provenance), concurrency=concurrency, repeat=repeat, kv=kv),
         )
-
-    def verdict_done(self, concurrency: int) -> bool:
-        return (self.dir / "verdicts" / f"c{concurrency}.json").is_file()
 
     def write_verdict(
         self,
         concurrency: int,
         *,
-        comparison: dict[str, Any] | None,
-        verdict: dict[str, Any],
-        outcome: dict[str, Any],
-        injection: dict[str, Any] | None = None,
+        verdict: CellVerdict,
+        outcome: Outcome,
+        comparison: PairedComparison | None = None,
+        injection: InjectionPrecision | None = None,
+        carried_from: int | None = None,
     ) -> None:
-        """`verdict` is a CellVerdict dict; `outcome` says what it means for the cell (canary logic);
-        `injection` is the InjectionPrecision of an injected arm."""
-        self._write(
+        """`outcome` says what `verdict` means for the cell (canary logic); `injection` is the
+        InjectionPrecision of an injected arm; `carried_from` the level an early stop carried."""
+        write_file(
             self.dir / "verdicts" / f"c{concurrency}.json",
-            {
-                "concurrency": concurrency,
-                "comparison": comparison,
-                "verdict": verdict,
-                "outcome": outcome,
-                "injection": injection,
-            },
+            VerdictFile(
+                **stamp(self.provenance),
+                concurrency=concurrency,
+                verdict=verdict,
+                outcome=outcome,
+                comparison=comparison,
+                injection=injection,
+                carried_from=carried_from,
+            ),
         )
-
-    def write_failure(self, exc: BaseException, *, phase: str) -> None:
-        self._write(self.dir / "failure.json", failure_dict(exc, cell=self.dirname, where=phase))
-
-    def clear_failure(self) -> None:
-        (self.dir / "failure.json").unlink(missing_ok=True)
 
 
 class RunStore:
-    """Writes one run folder. `create` starts a run; `open` continues one (resume, merge)."""
+    """Writes one run folder; from `create_run` (start or resume a run) or `open_run`."""
 
     def __init__(self, root: Path, provenance: Provenance):
         self.root = Path(root)
         self.provenance = provenance
 
-    @classmethod
-    def create(
-        cls,
-        root: str | Path,
-        *,
-        provenance: Provenance,
-        sweep: dict[str, Any],
-        environment: dict[str, Any],
-        shard: tuple[int, int] | None = None,
-    ) -> RunStore:
-        store = cls(Path(root), provenance)
-        store.root.mkdir(parents=True, exist_ok=True)
-        existing = read_json(store.root / "run.json")
-        body = {
-            "sweep": sweep,
-            "environment": environment,
-            "started": existing["started"] if existing else now_iso(),
-            "resumed": ([*existing.get("resumed", []), now_iso()]) if existing else [],
-            "finished": None,
-            "shard": list(shard) if shard else None,
-        }
-        write_json_atomic(store.root / "run.json", provenance.stamp() | body)
-        return store
-
     def cell(self, dirname: str, provenance: Provenance | None = None) -> CellStore:
         return CellStore(self.root, dirname, provenance or self.provenance)
 
-    def write_race_summary(self, summary: dict[str, Any]) -> None:
-        write_json_atomic(
-            self.root / "race" / "summary.json", self.provenance.stamp() | {"race": summary}
+    def write_race_summary(self, race: RaceOutcome) -> None:
+        write_file(
+            self.root / "race" / "summary.json", RaceFile(**stamp(self.provenance), race=race)
         )
 
     @property
@@ -275,9 +265,50 @@ class RunStore:
     def write_report(self, markdown: str) -> None:
         write_text_atomic(self.root / "report.md", markdown)
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def finish(self, summary: RunSummary) -> None:
         """Stamp run.json finished, then write summary.json, last of all."""
-        run = read_json(self.root / "run.json") or {}
-        run["finished"] = now_iso()
-        write_json_atomic(self.root / "run.json", run)
-        write_json_atomic(self.root / "summary.json", self.provenance.stamp() | summary)
+        run = read_run_file(self.root)
+        if run is None:
+            raise FileNotFoundError(f"{self.root} has no run.json; the run was never created")
+        write_file(self.root / "run.json", msgspec.structs.replace(run, finished=now_iso()))
+        write_file(self.root / "summary.json", summary)
+
+
+def create_run(
+    root: str | Path,
+    *,
+    provenance: Provenance,
+    sweep: SweepInfo,
+    environment: dict[str, Any],
+    shard: tuple[int, int] | None = None,
+    started: str | None = None,
+    merged_from: Sequence[str] = (),
+    shards: Sequence[tuple[int, int] | None] = (),
+) -> RunStore:
+    """Start a run folder (or resume one: its start time is kept and the resume time added).
+
+    The only writer of run.json besides `RunStore.finish`. `merged_from`, `shards` and
+    `started` are a merged run's (`pdcheck merge`).
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    existing = read_run_file(root)
+    run = RunFile(
+        **stamp(provenance),
+        sweep=sweep,
+        environment=environment,
+        started=existing.started if existing else (started or now_iso()),
+        resumed=(*existing.resumed, now_iso()) if existing else (),
+        finished=None,
+        shard=shard,
+        merged_from=tuple(merged_from),
+        shards=tuple(shards),
+    )
+    write_file(root / "run.json", run)
+    return RunStore(root, provenance)
+
+
+def open_run(root: str | Path) -> RunStore | None:
+    """The store of an existing run folder, with its provenance; None if it has no run.json."""
+    run = read_run_file(Path(root))
+    return RunStore(Path(root), run.provenance) if run is not None else None

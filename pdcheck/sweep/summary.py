@@ -7,11 +7,12 @@ as a run done in one go.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from pydantic import ValidationError
 
-from pdcheck.sweep.outcomes import INFRA_ERROR, Outcome, count, exit_code
+from pdcheck.analysis.attribution import ArmObservation, Attribution, attribute
+from pdcheck.analysis.verdict import Outcome, Status, Verdict, count, run_exit_code
+from pdcheck.sweep.schema import CellSummary, Counts, LevelResult, RunSummary, stamp
 from pdcheck.sweep.store import CellResult, RunResults
 
 logger = logging.getLogger(__name__)
@@ -22,66 +23,64 @@ def cell_outcomes(cell: CellResult) -> list[tuple[int, Outcome]]:
     out = []
     for c in cell.concurrency or tuple(cell.verdicts):
         entry = cell.verdicts.get(c)
-        if entry is not None and entry.outcome:
-            out.append((c, Outcome(**entry.outcome)))
+        if entry is not None:
+            out.append((c, entry.outcome))
             continue
-        if cell.failure is not None:
-            why = f"{cell.failure.error_type} during {cell.failure.where}: {cell.failure.message.splitlines()[0]}"
-        else:
-            failed = [u for u in cell.units if u.concurrency == c and u.failure is not None]
-            why = (
-                f"{failed[0].failure.error_type} in {failed[0].side} c{c}: {failed[0].failure.message.splitlines()[0]}"
-                if failed
-                else "not run (interrupted or not selected)"
-            )
-        out.append((c, Outcome("infra", INFRA_ERROR, cell.canary, why)))
+        unit = next((u for u in cell.units if u.concurrency == c and u.failure), None)
+        why = (
+            f"{unit.failure.error_type} in {unit.side} c{c}: {unit.failure.first_line}"
+            if unit is not None and unit.failure is not None
+            else "not run (interrupted or not selected)"
+        )
+        out.append((c, Outcome(Status.INFRA, Verdict.INFRA_ERROR, cell.canary, why)))
     return out
 
 
-def summarize(results: RunResults) -> dict[str, Any]:
+def summarize(results: RunResults) -> RunSummary:
+    """The run's summary, attribution included (computed here, once per finish)."""
     cells = []
-    statuses = []
-    verdict_names = []
+    statuses: list[Status] = []
+    verdicts: list[Verdict] = []
     for cell in results.cells:
         outcomes = cell_outcomes(cell)
         statuses += [o.status for _, o in outcomes]
-        verdict_names += [o.verdict for _, o in outcomes]
-        reused = sorted({u.reused_from for u in cell.units if u.reused_from})
+        verdicts += [o.verdict for _, o in outcomes]
         cells.append(
-            {
-                "name": cell.name,
-                "id": cell.id,
-                "dirname": cell.dirname,
-                "canary": cell.canary,
-                "baseline_reused_from": reused,
-                "failure": None
-                if cell.failure is None
-                else {
-                    "error_type": cell.failure.error_type,
-                    "message": cell.failure.message,
-                    "where": cell.failure.where,
-                },
-                "results": [{"concurrency": c} | o.to_dict() for c, o in outcomes],
-            }
+            CellSummary(
+                name=cell.name,
+                id=cell.id,
+                dirname=cell.dirname,
+                canary=cell.canary,
+                baseline_reused_from=tuple(
+                    sorted({u.reused_from for u in cell.units if u.reused_from})
+                ),
+                results=tuple(
+                    LevelResult(
+                        concurrency=c,
+                        status=o.status,
+                        verdict=o.verdict,
+                        canary=o.canary,
+                        reason=o.reason,
+                    )
+                    for c, o in outcomes
+                ),
+            )
         )
-    race_status = None
     if results.race is not None:
-        race_status = results.race.get("status")
-        statuses.append(race_status or "infra")
-    code = exit_code(statuses)
-    return {
-        "sweep": results.info.sweep.get("name"),
-        "cells": cells,
-        "attribution": attribution(results),
-        "race": results.race,
-        "counts": {"status": count(statuses), "verdict": count(verdict_names)},
-        "exit_code": int(code),
-    }
+        statuses.append(results.race.status)
+    return RunSummary(
+        **stamp(results.info.provenance),
+        sweep=results.info.sweep.name,
+        cells=tuple(cells),
+        attribution=tuple(attribution(results)),
+        race=results.race,
+        counts=Counts(status=count(statuses), verdict=count(verdicts)),
+        exit_code=int(run_exit_code(statuses)),
+    )
 
 
-def attribution(results: RunResults) -> list[dict[str, Any]]:
+def attribution(results: RunResults) -> list[Attribution]:
     """Which race most likely explains the flags, from the arms' verdicts and the harness's findings."""
-    from pdcheck.analysis import ArmObservation, Verdict, attribute
     from pdcheck.config import Cell
 
     arms = []
@@ -98,17 +97,18 @@ def attribution(results: RunResults) -> list[dict[str, Any]]:
         arms.append(
             ArmObservation.from_cell(
                 resolved,
-                verdicts={c: Verdict(v.name) for c, v in cell.verdicts.items()},
+                verdicts={c: v.verdict.verdict for c, v in cell.verdicts.items()},
                 delta_pts={
-                    c: v.verdict["delta_pts"]
+                    c: v.verdict.delta_pts
                     for c, v in cell.verdicts.items()
-                    if v.verdict.get("delta_pts") is not None
+                    if v.verdict.delta_pts is not None
                 },
             )
         )
-    families: dict[str, int] = {}
-    harness = (results.race or {}).get("result") or {}
-    for variant in harness.get("variants", []):
-        for family, n in variant.get("seeds_by_family", {}).items():
-            families[family] = families.get(family, 0) + n
-    return [a.to_dict() for a in attribute(arms, race_findings_by_family=families)]
+    families = results.race.findings_by_family() if results.race is not None else {}
+    return attribute(arms, race_findings_by_family=families)
+
+
+def run_summary(results: RunResults) -> RunSummary:
+    """The finished run's stored summary, or (while it is unfinished) one built from the store."""
+    return results.summary if results.summary is not None else summarize(results)

@@ -72,14 +72,15 @@ def test_cpu_smoke_clean_arm_passes_and_injected_canary_is_flagged(tmp_path):
     run = load_run(out)
     for cell in run.cells:
         for c, entry in cell.verdicts.items():
+            verdict = entry.verdict
             if cell.canary:
-                assert entry.name == "REGRESSION", f"{cell.name} c{c}: {entry.reason}"
-                assert entry.injection and entry.injection["n_injected"] > 0, (
+                assert verdict.verdict == "REGRESSION", f"{cell.name} c{c}: {verdict.reason}"
+                assert entry.injection and entry.injection.n_injected > 0, (
                     "the injection log reached the store"
                 )
             else:
-                assert entry.name == "PASS", f"{cell.name} c{c}: {entry.reason}"
-            assert entry.verdict["kv_transferred_tokens"] > 0, (
+                assert verdict.verdict == "PASS", f"{cell.name} c{c}: {verdict.reason}"
+            assert verdict.kv_transferred_tokens and verdict.kv_transferred_tokens > 0, (
                 "PD must have moved KV from prefill to decode"
             )
     # One baseline start for both arms, one PD start per arm.

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
+from pdcheck.sweep.schema import from_json, to_json
+
+T = TypeVar("T")
+
+
+def json_round_trip(value: T) -> T:
+    """`value` written and read back as the results store does."""
+    return from_json(to_json(value), type(value))
 
 
 def record(

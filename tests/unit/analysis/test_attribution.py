@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from pdcheck.analysis import ArmObservation, Attribution, Verdict, attribute
 from pdcheck.analysis.attribution import HARNESS_FAMILIES, RULES
 from pdcheck.config import expand_cells, load_sweep
+from tests.unit.analysis.builders import json_round_trip
 
 P, R, S = Verdict.PASS, Verdict.REGRESSION, Verdict.SUSPECT
 
@@ -145,6 +144,6 @@ def test_from_cell_and_json_round_trip():
     cell = expand_cells(spec)[0]
     obs = ArmObservation.from_cell(cell, verdicts={1: R}, delta_pts={1: -9.0})
     assert obs.model == cell.model.name and obs.async_scheduling == cell.async_scheduling
-    assert ArmObservation.from_dict(json.loads(json.dumps(obs.to_dict()))) == obs
+    assert json_round_trip(obs) == obs
     a = Attribution(race="zeroing", rule="zeroing-fix", cell="c", evidence=("x", "y"))
-    assert Attribution.from_dict(json.loads(json.dumps(a.to_dict()))) == a
+    assert json_round_trip(a) == a

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdcheck.analysis import PairedComparison, compare_paired
+from pdcheck.analysis import compare_paired
 from pdcheck.analysis.stats import fisher_greater_p, mcnemar_worse_p, tango_interval
 from pdcheck.errors import ConfigError
-from tests.unit.analysis.builders import paired_sides, record, side
+from tests.unit.analysis.builders import json_round_trip, paired_sides, record, side
 
 
 def test_pairs_by_index_not_by_position():
@@ -133,7 +131,7 @@ def test_comparison_round_trips_through_json():
         for i in range(30)
     ]
     c = compare_paired(base, pd, baseline_repeats=[base], expected_accuracy=0.7)
-    again = PairedComparison.from_dict(json.loads(json.dumps(c.to_dict())))
+    again = json_round_trip(c)
     assert again == c
 
 

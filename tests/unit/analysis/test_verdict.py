@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from pdcheck.analysis import (
     CanaryStatus,
-    CellVerdict,
+    Status,
     Verdict,
     canary_status,
     compare_paired,
     decide,
+    judge,
 )
+from pdcheck.analysis.verdict import run_exit_code
 from pdcheck.config import AnalysisPolicy
 from pdcheck.errors import ExitCode
-from tests.unit.analysis.builders import paired_sides, record, side
+from tests.unit.analysis.builders import json_round_trip, paired_sides, record, side
 
 POLICY = AnalysisPolicy()
 
@@ -143,7 +143,7 @@ def test_verdict_round_trips_through_json():
     """CellVerdict survives the store: the enum comes back as a Verdict."""
     base, pd = paired_sides(both=700, worse=80, better=20, neither=200)
     v = decide(compare_paired(base, pd), policy=POLICY, kv_transferred_tokens=99)
-    again = CellVerdict.from_dict(json.loads(json.dumps(v.to_dict())))
+    again = json_round_trip(v)
     assert again == v and again.verdict is Verdict.REGRESSION
 
 
@@ -158,3 +158,44 @@ def test_divergences_without_logprobs_are_reported_not_judged():
     assert c.control.basis == "any-divergence" and c.control.p_value < 0.05
     v = decide(c, policy=POLICY)
     assert v.verdict is Verdict.PASS and v.suspect_p_value is None
+
+
+@pytest.mark.parametrize(
+    ("verdict", "canary", "status"),
+    [
+        (Verdict.PASS, False, Status.PASS),
+        (Verdict.REGRESSION, False, Status.FAIL),
+        (Verdict.SUSPECT, False, Status.FAIL),
+        (Verdict.INCONCLUSIVE, False, Status.FAIL),
+        (Verdict.INFRA_ERROR, False, Status.INFRA),
+        (Verdict.REGRESSION, True, Status.PASS),
+        (Verdict.SUSPECT, True, Status.PASS),
+        (Verdict.PASS, True, Status.FAIL),
+        (Verdict.INCONCLUSIVE, True, Status.FAIL),
+        (Verdict.INFRA_ERROR, True, Status.INFRA),
+    ],
+)
+def test_judge_applies_the_canary_logic(verdict, canary, status):
+    """A flagged canary passes; a canary that is not flagged fails; infra stays infra."""
+    outcome = judge(verdict, "r", canary=canary)
+    assert outcome.status is status and outcome.verdict is verdict and outcome.canary is canary
+    if canary and status is Status.FAIL:
+        assert outcome.reason.startswith(f"canary NOT flagged ({verdict})")
+
+
+def test_inconclusive_fails_the_gate_unless_the_policy_allows_it():
+    """A clean INCONCLUSIVE fails (we could not tell) unless allowed; a canary's fails either way."""
+    failed = judge(Verdict.INCONCLUSIVE, "r", canary=False)
+    assert failed.status is Status.FAIL and "we could not tell" in failed.reason
+    allowed = judge(Verdict.INCONCLUSIVE, "r", canary=False, allow_inconclusive=True)
+    assert allowed.status is Status.INCONCLUSIVE
+    canary = judge(Verdict.INCONCLUSIVE, "r", canary=True, allow_inconclusive=True)
+    assert canary.status is Status.FAIL
+
+
+def test_a_run_fails_before_it_is_infra():
+    """1 beats 2: a real failure is the bigger news; 2 only when nothing failed but infra did."""
+    assert run_exit_code([Status.PASS, Status.INFRA, Status.FAIL]) is ExitCode.FAILED
+    assert run_exit_code([Status.INCONCLUSIVE, Status.INFRA]) is ExitCode.INFRA
+    assert run_exit_code([Status.PASS, Status.INCONCLUSIVE]) is ExitCode.OK
+    assert run_exit_code([]) is ExitCode.OK

@@ -354,3 +354,42 @@ def test_an_error_in_the_record_path_stops_the_run_and_keeps_finished_records(tm
         )
         assert _asked_indices(server) == sorted(set(range(40)) - set(kept))
     assert summary.n == 40 and summary.accuracy == 1.0
+
+
+def test_should_stop_cancels_the_rest_and_returns_a_stopped_summary(tmp_path):
+    """should_stop True after 5 records: the questions still out are cancelled, the summary covers what is
+    on file and says stopped, and a rerun asks exactly the questions never answered."""
+    out = tmp_path / "r.jsonl"
+    seen = []
+
+    def should_stop(record) -> bool:
+        seen.append(record.index)
+        return len(seen) == 5
+
+    with FakeOpenAIServer(_answer_right, delay_s=0.02) as server:
+        summary = run_eval(
+            server.url,
+            make_task(n_test=60),
+            settings=EvalSettings(shots=1),
+            concurrency=4,
+            out_path=out,
+            model="m",
+            should_stop=should_stop,
+        )
+        asked = _asked_indices(server)
+    kept = [r.index for r in read_records(out)]
+    assert summary.stopped and summary.n == len(kept) and summary.accuracy == 1.0
+    assert 5 <= len(kept) < 5 + 4 * 2, "at most the questions in flight finish after the stop"
+    assert len(seen) == 5, "should_stop is not asked again once it said stop"
+    assert len(asked) < 60 and len(set(kept)) == len(kept)
+    with FakeOpenAIServer(_answer_right) as server:
+        again = run_eval(
+            server.url,
+            make_task(n_test=60),
+            settings=EvalSettings(shots=1),
+            concurrency=4,
+            out_path=out,
+            model="m",
+        )
+        assert _asked_indices(server) == sorted(set(range(60)) - set(kept))
+    assert again.n == 60 and not again.stopped

@@ -14,12 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from pdcheck.analysis.verdict import Status
 from pdcheck.config import SweepSpec, expand_cells
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
+from pdcheck.evals.summary import summarize as summarize_eval
+from pdcheck.serving.metrics import KvTransferMetrics
+from pdcheck.sweep.finish import finish_run
 from pdcheck.sweep.judging import judge_level
 from pdcheck.sweep.plan import Unit
-from pdcheck.sweep.store import Provenance, RunStore, load_run
-from pdcheck.sweep.summary import summarize
+from pdcheck.sweep.schema import KvEvidence, RaceOutcome, SweepInfo
+from pdcheck.sweep.store import Provenance, create_run
 
 ENVIRONMENT = {
     "pdcheck_version": "0.1.0",
@@ -37,11 +41,11 @@ ENVIRONMENT = {
 }
 SWEEP_FILE = "sweeps/cpu-smoke.yaml"
 # What the sweep stores under race/summary.json: status, reason, and `pdcheck race --json` as `result`.
-RACE_FINDINGS = {
-    "status": "fail",
-    "reason": "2 finding(s) reported; see race/race.json",
-    "exit_code": 1,
-    "result": {
+RACE_FINDINGS = RaceOutcome(
+    status=Status.FAIL,
+    reason="2 finding(s) reported; see race/race.json",
+    exit_code=1,
+    result={
         "vllm_version": "0.32.0",
         "disabled_fixes": ["block-reuse"],
         "fixes_absent": ["zeroing"],
@@ -68,7 +72,7 @@ RACE_FINDINGS = {
             }
         ],
     },
-}
+)
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,7 @@ def write_run(
     *,
     n: int = 200,
     concurrency: Sequence[int] = (1, 8),
-    race: dict | None = None,
+    race: RaceOutcome | None = None,
     text_len: int = 5,
     log_lines: int = 30,
     environment: dict = ENVIRONMENT,
@@ -142,10 +146,10 @@ def write_run(
         analysis={"margin_pts": 5.0},
     )
     cells = {(c.model.name, c.arm.name): c for c in expand_cells(spec)}
-    store = RunStore.create(
+    store = create_run(
         root,
         provenance=Provenance(vllm_version="0.32.0", dataset_sha256="d" * 64),
-        sweep={"name": "cpu-smoke", "file": SWEEP_FILE},
+        sweep=SweepInfo(name="cpu-smoke", file=SWEEP_FILE, sha256="s" * 64),
         environment=environment,
     )
     for plan in plans:
@@ -173,22 +177,30 @@ def write_run(
                 if side == "pd" and c in plan.infra_at:
                     cs.write_unit_failure("pd", c, 0, RuntimeError("decoder exited with code 1"))
                     continue
-                accuracy = sum(r.correct for r in records) / len(records)
-                cs.write_unit_summary(
-                    side,
-                    c,
-                    0,
-                    {"n": len(records), "accuracy": accuracy, "dataset_sha256": "d" * 64},
+                summary = summarize_eval(
+                    records,
+                    wall_s=None,
+                    dataset_sha256="d" * 64,
+                    task="gsm8k",
+                    style="plain",
+                    engine="pdcheck",
+                    limit=None,
+                    offset=0,
+                    concurrency=c,
                 )
-            evidence: dict = {"decoders": [{"external_kv_tokens": 1000 * c}]}
+                cs.write_unit_summary(side, c, 0, summary)
+            evidence = KvEvidence(decoders=(KvTransferMetrics(external_kv_tokens=1000.0 * c),))
             if cell.arm.inject:
                 # What the plugin logs, one line per injected request: here the dropped questions.
                 tag = Unit(cell.id, "pd", c, 0).run_tag
-                evidence["injections"] = [
-                    {"x_request_id": f"{tag}-q{r.index:05d}", "kind": cell.arm.inject}
-                    for b, r in zip(baseline, pd, strict=False)
-                    if b.correct and not r.correct
-                ]
+                evidence = KvEvidence(
+                    decoders=evidence.decoders,
+                    injections=tuple(
+                        {"x_request_id": f"{tag}-q{r.index:05d}", "kind": cell.arm.inject}
+                        for b, r in zip(baseline, pd, strict=False)
+                        if b.correct and not r.correct
+                    ),
+                )
             if c not in plan.infra_at:
                 cs.write_kv(c, 0, evidence)
             judge_level(
@@ -196,7 +208,7 @@ def write_run(
             )  # the sweep's own judging: compare_paired, decide, canary logic
     if race is not None:
         store.write_race_summary(race)
-    store.finish(summarize(load_run(root)))
+    finish_run(store)
     return root
 
 

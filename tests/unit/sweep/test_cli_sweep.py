@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from pdcheck.analysis.verdict import Verdict
 from pdcheck.cli import main
 from pdcheck.sweep import load_run
 
@@ -36,7 +37,7 @@ def test_clean_cell_that_matches_its_baseline_exits_0(sweep_file, servers, tmp_p
     run = load_run(tmp_path / "r")
     (cell,) = run.cells
     assert sorted(cell.verdicts) == [1, 4]
-    assert all(v.name == "PASS" for v in cell.verdicts.values())
+    assert all(v.verdict.verdict is Verdict.PASS for v in cell.verdicts.values())
     assert (tmp_path / "r" / "junit.xml").is_file()
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["exit_code"] == 0
@@ -94,7 +95,7 @@ def test_unreachable_pd_server_is_infra_error_exit_2(sweep_file, servers, tmp_pa
     base, _, _ = servers
     assert _sweep(sweep_file, tmp_path / "r", CLEAN, "http://127.0.0.1:9", base.url) == 2
     cell = load_run(tmp_path / "r").cells[0]
-    assert all(v.name == "INFRA-ERROR" for v in cell.verdicts.values())
+    assert all(v.verdict.verdict is Verdict.INFRA_ERROR for v in cell.verdicts.values())
     assert cell.unit("pd", 1, 0).failure is not None
 
 
@@ -159,9 +160,11 @@ def test_early_stop_ends_a_collapsing_unit_and_skips_higher_levels(sweep_file, s
     assert _sweep(sweep_file, tmp_path / "r", CLEAN, bad.url, base.url, "--early-stop") == 1
     cell = load_run(tmp_path / "r").cells[0]
     pd_c1 = cell.unit("pd", 1, 0)
-    assert 0 < len(pd_c1.records()) < 16 and pd_c1.summary["early_stop"]["verdict"] == "REGRESSION"
-    assert cell.verdicts[1].name == "REGRESSION" and cell.verdicts[1].reason.startswith(
-        "early stop: look"
-    )
+    assert 0 < len(pd_c1.records()) < 16 and pd_c1.early_stop.verdict is Verdict.REGRESSION
+    assert pd_c1.summary.stopped and pd_c1.summary.n == len(pd_c1.records())
+    first = cell.verdicts[1].verdict
+    assert first.verdict is Verdict.REGRESSION and first.reason.startswith("early stop, look")
     assert cell.unit("pd", 4, 0) is None, "a level after a flagged one is not run"
-    assert cell.verdicts[4].name == "REGRESSION" and "c1 was REGRESSION" in cell.verdicts[4].reason
+    carried = cell.verdicts[4]
+    assert carried.verdict.verdict is Verdict.REGRESSION and carried.carried_from == 1
+    assert "c1 was REGRESSION" in carried.verdict.reason

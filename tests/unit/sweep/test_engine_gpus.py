@@ -9,7 +9,8 @@ import time
 from pdcheck.config import expand_cells, load_sweep
 from pdcheck.sweep.backends import PdEndpoints
 from pdcheck.sweep.engine import Engine
-from pdcheck.sweep.store import Provenance, RunStore, load_run
+from pdcheck.sweep.schema import SweepInfo
+from pdcheck.sweep.store import Provenance, create_run, load_run
 
 
 class RecordingGpuBackend:
@@ -55,8 +56,11 @@ def test_wave_jobs_overlap_only_on_disjoint_gpus(sweep_file, servers, tmp_path):
     base, good, _bad = servers
     backend = RecordingGpuBackend(base.url, good.url)
     cells = expand_cells(load_sweep(sweep_file))
-    store = RunStore.create(
-        tmp_path / "r", provenance=Provenance(), sweep={"name": "fake"}, environment={}
+    store = create_run(
+        tmp_path / "r",
+        provenance=Provenance(),
+        sweep=SweepInfo(name="fake", file="fake.yaml", sha256="x"),
+        environment={},
     )
     result = Engine(cells, store=store, backend=backend).run()
     assert result.server_starts == 3  # one shared baseline, one PD per arm
@@ -79,8 +83,11 @@ def test_progress_events_count_each_verdict_once_and_reach_all_cells(sweep_file,
     base, good, _ = servers
     events = []
     cells = expand_cells(load_sweep(sweep_file))
-    store = RunStore.create(
-        tmp_path / "r", provenance=Provenance(), sweep={"name": "fake"}, environment={}
+    store = create_run(
+        tmp_path / "r",
+        provenance=Provenance(),
+        sweep=SweepInfo(name="fake", file="fake.yaml", sha256="x"),
+        environment={},
     )
     Engine(
         cells,

@@ -61,26 +61,33 @@ def test_race_exit_code_is_the_status_and_json_is_kept(tmp_path, code, status):
     summary = run_race_subprocess(
         RaceSettings(), python=_fake_python(tmp_path, code=code, result=result), out_dir=tmp_path
     )
-    assert summary["status"] == status and summary["exit_code"] == code
+    assert summary.status == status and summary.exit_code == code
     if code == 1:
-        assert "hybrid: 2/4 seeds" in summary["reason"]
+        assert "hybrid: 2/4 seeds" in summary.reason
     if code == 2:
-        assert "not importable" in summary["reason"] and summary["result"] is None
+        assert "not importable" in summary.reason and summary.result is None
 
 
 def test_race_findings_fail_the_sweep_through_the_summary(tmp_path):
     """A race summary with status fail makes the sweep exit 1 and adds a junit failure."""
+    from pdcheck.analysis.verdict import Status
     from pdcheck.sweep import load_run
     from pdcheck.sweep.junit import render_junit
-    from pdcheck.sweep.store import Provenance, RunStore
+    from pdcheck.sweep.schema import RaceOutcome, SweepInfo
+    from pdcheck.sweep.store import Provenance, create_run
     from pdcheck.sweep.summary import summarize
 
-    store = RunStore.create(
-        tmp_path / "r", provenance=Provenance(), sweep={"name": "s"}, environment={}
+    store = create_run(
+        tmp_path / "r",
+        provenance=Provenance(),
+        sweep=SweepInfo(name="s", file="s.yaml", sha256="x"),
+        environment={},
     )
-    store.write_race_summary({"status": "fail", "reason": "findings in hybrid", "result": None})
+    store.write_race_summary(
+        RaceOutcome(status=Status.FAIL, reason="findings in hybrid", exit_code=1)
+    )
     run = load_run(store.root)
-    assert summarize(run)["exit_code"] == 1
+    assert summarize(run).exit_code == 1
     assert 'type="RACE"' in render_junit(run)
 
 

@@ -90,7 +90,7 @@ def test_kill_9_mid_unit_then_resume_loses_nothing_and_duplicates_nothing(
     for unit in run.cells[0].units:
         indices = [r.index for r in unit.records()]
         assert sorted(indices) == list(range(LIMIT)), f"{unit.side} c{unit.concurrency}: {indices}"
-    assert [v.name for v in run.cells[0].verdicts.values()] == ["PASS", "PASS"]
+    assert [v.verdict.verdict for v in run.cells[0].verdicts.values()] == ["PASS", "PASS"]
     assert json.loads((out / "run.json").read_text())["resumed"]
 
 

@@ -7,10 +7,13 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pdcheck.evals.records import QuestionRecord, append_record
+from pdcheck.analysis.verdict import CellVerdict, Status, Verdict, judge
+from pdcheck.evals.records import QuestionRecord, RecordWriter
+from pdcheck.evals.summary import EvalSummary
+from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.junit import render_junit
-from pdcheck.sweep.outcomes import judge
-from pdcheck.sweep.store import Provenance, RunStore, load_run
+from pdcheck.sweep.schema import STORE_SCHEMA_VERSION, KvEvidence, SweepInfo
+from pdcheck.sweep.store import Provenance, create_run, load_run
 from pdcheck.sweep.summary import summarize
 
 PROV = Provenance(vllm_version="0.32.0", vllm_commit="abc123", dataset_sha256="d" * 64)
@@ -22,16 +25,45 @@ def _record(i: int, correct: bool = True) -> QuestionRecord:
     )
 
 
+def append_record(path, record: QuestionRecord) -> None:
+    with RecordWriter(path) as writer:
+        writer.write(record)
+
+
+def eval_summary(n: int, accuracy: float | None = 1.0) -> EvalSummary:
+    return EvalSummary(
+        n=n,
+        n_ok=n,
+        accuracy=accuracy,
+        invalid_rate=0.0,
+        error_rate=0.0,
+        questions_per_s=None,
+        output_tokens_per_s=None,
+        latency_p50_s=None,
+        latency_p99_s=None,
+        wall_s=None,
+        dataset_sha256="d" * 64,
+        task="gsm8k",
+        style="plain",
+        engine="pdcheck",
+        limit=None,
+        offset=0,
+        concurrency=1,
+    )
+
+
 def _store(tmp_path):
-    return RunStore.create(
+    return create_run(
         tmp_path / "run",
         provenance=PROV,
-        sweep={"name": "s", "file": "s.yaml", "sha256": "x"},
+        sweep=SweepInfo(name="s", file="s.yaml", sha256="x"),
         environment={"cpu_count": 2},
     )
 
 
-def _fill_cell(store, dirname="m-p1x1-d1x1-async-fixes-on--deadbeef", canary=False, verdict="PASS"):
+def _fill_cell(
+    store, dirname="m-p1x1-d1x1-async-fixes-on--deadbeef", canary=False, verdict=Verdict.PASS
+):
     cell = store.cell(dirname)
     cell.write_cell(
         resolved={"concurrency": [1]},
@@ -44,15 +76,10 @@ def _fill_cell(store, dirname="m-p1x1-d1x1-async-fixes-on--deadbeef", canary=Fal
     for side in ("baseline", "pd"):
         for i in range(3):
             append_record(cell.records_path(side, 1, 0), _record(i))
-        cell.write_unit_summary(side, 1, 0, {"n": 3, "accuracy": 1.0})
-    cell.write_kv(1, 0, {"received_tokens": 42})
+        cell.write_unit_summary(side, 1, 0, eval_summary(3))
+    cell.write_kv(1, 0, KvEvidence(decoders=(KvTransferMetrics(external_kv_tokens=42.0),)))
     outcome = judge(verdict, "why", canary=canary)
-    cell.write_verdict(
-        1,
-        comparison={"n": 3},
-        verdict={"verdict": verdict, "reason": "why"},
-        outcome=outcome.to_dict(),
-    )
+    cell.write_verdict(1, verdict=CellVerdict(verdict, "why", n_pairs=3), outcome=outcome)
     return cell
 
 
@@ -65,7 +92,7 @@ def test_every_json_is_stamped_and_no_temp_files_remain(tmp_path):
     assert len(files) >= 6
     for path in files:
         data = json.loads(path.read_text())
-        assert data["schema_version"] == 1, path
+        assert data["schema_version"] == STORE_SCHEMA_VERSION, path
         assert data["vllm_version"] == "0.32.0" and data["vllm_commit"] == "abc123", path
         assert data["dataset_sha256"] == "d" * 64 and data["pdcheck_version"], path
     assert not list(store.root.rglob("*.tmp"))
@@ -76,7 +103,7 @@ def test_reader_round_trips_units_kv_verdicts(tmp_path):
     store = _store(tmp_path)
     _fill_cell(store)
     run = load_run(store.root)
-    assert run.info.sweep["name"] == "s" and run.info.finished is None
+    assert run.info.sweep.name == "s" and run.info.finished is None
     cell = run.cells[0]
     assert cell.id == "deadbeef" and cell.name == "m-p1x1-d1x1-async-fixes-on"
     assert [(u.side, u.concurrency, u.repeat, u.done) for u in cell.units] == [
@@ -84,8 +111,9 @@ def test_reader_round_trips_units_kv_verdicts(tmp_path):
         ("pd", 1, 0, True),
     ]
     assert [r.index for r in cell.unit("pd", 1, 0).records()] == [0, 1, 2]
-    assert cell.kv[(1, 0)] == {"received_tokens": 42}
-    assert cell.verdicts[1].name == "PASS" and cell.verdicts[1].status == "pass"
+    assert cell.kv[(1, 0)].decoders[0].external_kv_tokens == 42
+    assert cell.verdicts[1].verdict.verdict is Verdict.PASS
+    assert cell.verdicts[1].outcome.status is Status.PASS
 
 
 def test_unit_is_done_only_after_its_summary_and_failure_is_cleared(tmp_path):
@@ -96,7 +124,7 @@ def test_unit_is_done_only_after_its_summary_and_failure_is_cleared(tmp_path):
     cell.write_unit_failure("pd", 8, 0, RuntimeError("server went away"))
     unit = load_run(tmp_path / "run").cells[0].unit("pd", 8, 0)
     assert unit.failure.error_type == "RuntimeError" and not unit.done
-    cell.write_unit_summary("pd", 8, 0, {"n": 1})
+    cell.write_unit_summary("pd", 8, 0, eval_summary(1))
     assert cell.unit_done("pd", 8, 0)
     assert load_run(tmp_path / "run").cells[0].unit("pd", 8, 0).failure is None
 
@@ -119,31 +147,11 @@ def test_resumed_run_keeps_started_and_logs_resume(tmp_path):
     assert again["started"] == first["started"] and len(again["resumed"]) == 1
 
 
-@pytest.mark.parametrize(
-    ("verdict", "canary", "status"),
-    [
-        ("PASS", False, "pass"),
-        ("REGRESSION", False, "fail"),
-        ("SUSPECT", False, "fail"),
-        ("INCONCLUSIVE", False, "inconclusive"),
-        ("INFRA-ERROR", False, "infra"),
-        ("REGRESSION", True, "pass"),
-        ("SUSPECT", True, "pass"),
-        ("PASS", True, "fail"),
-        ("INCONCLUSIVE", True, "fail"),
-        ("INFRA-ERROR", True, "infra"),
-    ],
-)
-def test_canary_logic(verdict, canary, status):
-    """A flagged canary passes; a canary that is not flagged fails; infra stays infra."""
-    assert judge(verdict, "r", canary=canary).status == status
-
-
 def test_summary_and_junit_carry_verdict_reasons(tmp_path):
-    """An unflagged canary is a junit failure with the reason; a cell failure gives an infra error; exit 1."""
+    """An unflagged canary is a junit failure with the reason; a failed unit gives an infra error; exit 1."""
     store = _store(tmp_path)
     _fill_cell(store)
-    _fill_cell(store, "m-p1x1-d1x1-async-inject-zero--22222222", canary=True, verdict="PASS")
+    _fill_cell(store, "m-p1x1-d1x1-async-inject-zero--22222222", canary=True, verdict=Verdict.PASS)
     broken = store.cell("m-broken--33333333")
     broken.write_cell(
         resolved={"concurrency": [1, 8]},
@@ -153,11 +161,12 @@ def test_summary_and_junit_carry_verdict_reasons(tmp_path):
         servers={},
         canary=False,
     )
-    broken.write_failure(RuntimeError("prefill exited with code 1"), phase="starting servers")
+    for c in (1, 8):
+        broken.write_unit_failure("pd", c, 0, RuntimeError("prefill exited with code 1"))
     run = load_run(store.root)
     summary = summarize(run)
-    assert summary["exit_code"] == 1
-    assert summary["counts"]["status"] == {"fail": 1, "infra": 2, "pass": 1}
+    assert summary.exit_code == 1
+    assert summary.counts.status == {"fail": 1, "infra": 2, "pass": 1}
     suite = ET.fromstring(render_junit(run))
     assert suite.get("tests") == "4" and suite.get("failures") == "1" and suite.get("errors") == "2"
     failure = suite.find(".//testcase[@classname='s.m-p1x1-d1x1-async-inject-zero']/failure")
