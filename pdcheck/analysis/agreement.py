@@ -18,6 +18,7 @@ The SUSPECT signal compares corruption-grade counts against a control run (see
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,13 +26,23 @@ import numpy as np
 
 from pdcheck.evals.records import QuestionRecord
 
-__all__ = ["Agreement", "Divergence", "first_divergence", "measure_agreement"]
+__all__ = [
+    "Agreement",
+    "Divergence",
+    "first_divergence",
+    "margin_jitter_nats",
+    "measure_agreement",
+]
 
 TIE = "tie"
 CORRUPTION = "corruption"
 UNCLASSIFIED = "unclassified"
 # Bucket edges for the divergence-position histogram (tokens or characters).
 POSITION_BUCKETS = (0, 1, 4, 16, 64, 256)
+# The tie threshold is this quantile of the top-2 margin's change between two runs where they
+# still agree; below MIN_JITTER_POSITIONS aligned positions the jitter is not measured.
+JITTER_QUANTILE = 0.999
+MIN_JITTER_POSITIONS = 200
 
 
 @dataclass(frozen=True)
@@ -106,6 +117,28 @@ def first_divergence(
     else:
         grade = CORRUPTION
     return Divergence(index=baseline.index, position=position, margin_nats=margin, grade=grade)
+
+
+def margin_jitter_nats(pairs: Sequence[tuple[QuestionRecord, QuestionRecord]]) -> float | None:
+    """How much the top-2 margin moves between two runs while their tokens still agree (nats).
+
+    Over every position before the first divergence where both runs recorded a margin, the
+    `JITTER_QUANTILE` of |margin_a − margin_b|. A flip at a baseline margin below it is what
+    this pair of configurations does by numeric jitter alone. None with too few positions.
+    """
+    changes: list[float] = []
+    for a, b in pairs:
+        if a.logprobs is None or b.logprobs is None:
+            continue
+        for x, y in zip(a.logprobs, b.logprobs, strict=False):
+            if x.token != y.token:
+                break
+            mx, my = x.top2_margin, y.top2_margin
+            if mx is not None and my is not None and math.isfinite(mx) and math.isfinite(my):
+                changes.append(abs(mx - my))
+    if len(changes) < MIN_JITTER_POSITIONS:
+        return None
+    return float(np.quantile(changes, JITTER_QUANTILE))
 
 
 def _histogram(positions: list[int]) -> dict[str, int]:

@@ -5,8 +5,9 @@ of indices (a ConfigError, which is a ValueError, otherwise). A record with `ok=
 request error, not a wrong answer: errors are counted per side and the question leaves the
 accuracy pairs. The numbers (see `stats.py` for the methods and why):
 
-- Δaccuracy = PD − baseline over the pairs, with Tango's score interval at `1 − alpha`
-  (95% by default) and the one-sided exact McNemar p-value for "PD is worse";
+- Δaccuracy = PD − baseline over the pairs, with Tango's score interval at `1 − 2·alpha`
+  (90% by default: each end is the one-sided bound the one-sided test matches) and the
+  one-sided exact McNemar p-value for "PD is worse";
 - Δinvalid rate (PD − baseline, positive is worse), with the same interval;
 - greedy agreement (`agreement.py`) and, when a control run exists, a one-sided Fisher test of
   PD's corruption-grade divergences against the control's (the baseline against a repeat of
@@ -22,7 +23,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pdcheck.analysis.agreement import Agreement, measure_agreement
+from pdcheck.analysis.agreement import Agreement, margin_jitter_nats, measure_agreement
 from pdcheck.analysis.power import Power, summarize_power
 from pdcheck.analysis.stats import fisher_greater_p, mcnemar_worse_p, tango_interval
 from pdcheck.errors import ConfigError
@@ -94,6 +95,12 @@ class ControlTest:
     control_count: int
     control_pairs: int
     p_value: float
+    # The tie threshold both counts used: the policy's floor, raised to the jitter measured
+    # between PD and the baseline and between the control and the baseline (where they agree).
+    # None in a comparison stored before issue 17.
+    tie_epsilon_nats: float | None = None
+    pd_jitter_nats: float | None = None
+    control_jitter_nats: float | None = None
 
     @property
     def judged(self) -> bool:
@@ -139,6 +146,10 @@ class PairedComparison:
     jitter: Jitter
     power: Power
     compatibility: Compatibility | None
+    # PD's request failed where the baseline answered right: each is a PD-worse pair if the
+    # failed request would have been wrong (the worst case that request errors can hide).
+    # 0 in a comparison stored before issue 17.
+    pd_errors_baseline_right: int = 0
 
     @property
     def discordance(self) -> float:
@@ -172,6 +183,11 @@ def _paired(
     return [(base[i], oth[i]) for i in sorted(base) if base[i].ok and oth[i].ok]
 
 
+def _pd_errors_baseline_right(baseline: Records, pd: Records) -> int:
+    right = {r.index for r in baseline if r.ok and r.correct}
+    return sum(1 for r in pd if not r.ok and r.index in right)
+
+
 def _side_stats(records: Records) -> SideStats:
     ok = [r for r in records if r.ok]
     return SideStats(
@@ -196,20 +212,24 @@ def _accuracy(records: Records) -> float | None:
     return _side_stats(records).accuracy
 
 
+def _control_pairs(
+    baseline: Records, control: Records | None, baseline_repeats: Sequence[Records]
+) -> tuple[str, list[tuple[QuestionRecord, QuestionRecord]]] | None:
+    if control is not None:
+        return "control", _paired(baseline, control, "control")
+    if baseline_repeats:
+        return "baseline-repeat", _paired(baseline, baseline_repeats[0], "baseline-repeat")
+    return None
+
+
 def _control_test(
     agreement: Agreement,
-    baseline: Records,
-    control: Records | None,
-    baseline_repeats: Sequence[Records],
-    tie_epsilon_nats: float,
-) -> ControlTest | None:
-    if control is not None:
-        source, other = "control", control
-    elif baseline_repeats:
-        source, other = "baseline-repeat", baseline_repeats[0]
-    else:
-        return None
-    ctrl = measure_agreement(_paired(baseline, other, source), tie_epsilon_nats=tie_epsilon_nats)
+    control: tuple[str, list[tuple[QuestionRecord, QuestionRecord]]],
+    pd_jitter: float | None,
+    control_jitter: float | None,
+) -> ControlTest:
+    source, pairs = control
+    ctrl = measure_agreement(pairs, tie_epsilon_nats=agreement.tie_epsilon_nats)
     # Both sides are judged on the same basis, so a run without logprobs is compared fairly.
     with_margins = agreement.has_margins or ctrl.has_margins
     pd_count = agreement.n_corruption if with_margins else len(agreement.divergences)
@@ -222,6 +242,9 @@ def _control_test(
         control_count=ctrl_count,
         control_pairs=ctrl.n_pairs,
         p_value=fisher_greater_p(pd_count, agreement.n_pairs, ctrl_count, ctrl.n_pairs),
+        tie_epsilon_nats=agreement.tie_epsilon_nats,
+        pd_jitter_nats=pd_jitter,
+        control_jitter_nats=control_jitter,
     )
 
 
@@ -252,11 +275,19 @@ def compare_paired(
     better = sum(p.correct and not b.correct for b, p in pairs)
     inv_worse = sum(p.invalid and not b.invalid for b, p in pairs)
     inv_better = sum(b.invalid and not p.invalid for b, p in pairs)
-    confidence = 1 - alpha
+    # 1 − 2·alpha two-sided: each end is the one-sided bound at alpha that the test uses.
+    confidence = 1 - 2 * alpha
     delta, lo, hi = _pts_interval(worse, better, n, confidence)
     # Invalid is bad, so its Δ counts PD-invalid pairs as the "increase" side.
     d_inv, inv_lo, inv_hi = _pts_interval(inv_better, inv_worse, n, confidence)
-    agreement = measure_agreement(pairs, tie_epsilon_nats=tie_epsilon_nats)
+    # SUSPECT counts flips the measured jitter cannot explain: the tie threshold is the larger
+    # of the policy's floor and the jitter PD and the control each show against the baseline,
+    # so a PD whose numerics are noisier than the control's is not SUSPECT for that alone.
+    control_pairs = _control_pairs(baseline_records, control, baseline_repeats)
+    pd_jitter = margin_jitter_nats(pairs) if control_pairs else None
+    control_jitter = margin_jitter_nats(control_pairs[1]) if control_pairs else None
+    threshold = max([tie_epsilon_nats, *(j for j in (pd_jitter, control_jitter) if j is not None)])
+    agreement = measure_agreement(pairs, tie_epsilon_nats=threshold)
     pd_stats = _side_stats(pd_records)
     compat = None
     if expected_accuracy is not None and pd_stats.accuracy is not None:
@@ -277,15 +308,16 @@ def compare_paired(
         ci_low_pts=lo,
         ci_high_pts=hi,
         p_value=float(mcnemar_worse_p(worse, better)),
+        pd_errors_baseline_right=_pd_errors_baseline_right(baseline_records, pd_records),
         invalid_worse=inv_worse,
         invalid_better=inv_better,
         delta_invalid_pts=d_inv,
         invalid_ci_low_pts=inv_lo,
         invalid_ci_high_pts=inv_hi,
         agreement=agreement,
-        control=_control_test(
-            agreement, baseline_records, control, baseline_repeats, tie_epsilon_nats
-        ),
+        control=None
+        if control_pairs is None
+        else _control_test(agreement, control_pairs, pd_jitter, control_jitter),
         jitter=Jitter(
             baseline_runs=tuple(
                 a for r in (baseline_records, *baseline_repeats) if (a := _accuracy(r)) is not None

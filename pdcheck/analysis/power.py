@@ -20,10 +20,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from scipy import optimize, stats
+import numpy as np
+from scipy import optimize, signal, stats
 
-__all__ = ["Power", "minimum_detectable_effect", "n_needed", "power_at", "summarize_power"]
+from pdcheck.analysis.design import Design
+from pdcheck.analysis.stats import Floats
+
+__all__ = [
+    "Operating",
+    "Power",
+    "PowerRule",
+    "drop_probabilities",
+    "minimum_detectable_effect",
+    "n_needed",
+    "operating",
+    "power_at",
+    "power_rule",
+    "summarize_power",
+]
 
 DEFAULT_POWER = 0.8
 
@@ -60,8 +76,8 @@ def n_needed(drop: float, *, discordance: float, alpha: float, power: float = DE
     d = max(discordance, drop)
     z_alpha = stats.norm.ppf(1 - alpha)
     z_power = stats.norm.ppf(power)
-    n = (z_alpha * math.sqrt(d) + z_power * math.sqrt(max(d - drop * drop, 0.0))) ** 2 / drop**2
-    return math.ceil(n)
+    n = float((z_alpha * math.sqrt(d) + z_power * math.sqrt(max(d - drop * drop, 0.0))) ** 2)
+    return math.ceil(n / drop**2)
 
 
 @dataclass(frozen=True)
@@ -104,4 +120,143 @@ def summarize_power(
         mde_pts=100 * mde,
         margin_pts=margin_pts,
         n_needed_for_margin=needed,
+    )
+
+
+@dataclass(frozen=True)
+class Operating:
+    """How a design behaves at one true (p_worse, p_better): exact, by dynamic programming."""
+
+    p_worse: float
+    p_better: float
+    flag: float  # P(REGRESSION) at the design's alpha_test
+    flag_by_look: tuple[float, ...]  # P(REGRESSION at look k), one per look
+    within: float  # P(an interim look showed the margin and stopped for PASS)
+    expected_pairs: float
+
+
+def _increment(dn: int, p_worse: float, p_better: float, shape: tuple[int, int]) -> Floats:
+    """P(ΔW = w, ΔB = b) over `dn` pairs (trinomial), cut to `shape`."""
+    w = np.arange(shape[0])[:, None]
+    b = np.arange(shape[1])[None, :]
+    q = p_better / (1.0 - p_worse) if p_worse < 1 else 0.0
+    pw: Any = stats.binom.pmf(w, dn, p_worse)
+    pb: Any = stats.binom.pmf(b, np.maximum(dn - w, 0), q)
+    return np.asarray(pw * pb, dtype=np.float64)
+
+
+def operating(
+    design: Design, *, p_worse: float, p_better: float, alpha_test: float | None = None
+) -> Operating:
+    """Exact flag probability, chance of an early PASS and expected pairs of `design`.
+
+    Pairs are i.i.d.: PD-worse with p_worse, PD-better with p_better. The joint law of (W, B)
+    is carried from look to look on a lattice (an FFT convolution per block of pairs); mass
+    that rejects, or that shows the margin at an interim look, leaves. This is the decision
+    rule itself, looks, shares and margin bound included, not a normal approximation.
+    """
+    if not (p_worse >= 0 and p_better >= 0 and p_worse + p_better <= 1):
+        raise ValueError(f"bad pair probabilities: p_worse={p_worse}, p_better={p_better}")
+
+    def support(pairs: int) -> tuple[int, int]:
+        return (
+            int(stats.binom.isf(1e-13, pairs, p_worse)) + 2,
+            int(stats.binom.isf(1e-13, pairs, p_better)) + 2,
+        )
+
+    state = np.ones((1, 1))
+    flag = within = pairs = 0.0
+    by_look: list[float] = []
+    done = 0
+    for k, look in enumerate(design.looks):
+        shape = support(look.pairs)
+        inc = _increment(look.pairs - done, p_worse, p_better, support(look.pairs - done))
+        conv: Any = signal.fftconvolve(state, inc)
+        state = np.zeros(shape)
+        cut = np.clip(np.asarray(conv, dtype=np.float64)[: shape[0], : shape[1]], 0.0, None)
+        state[: cut.shape[0], : cut.shape[1]] = cut
+        done = look.pairs
+        w = np.arange(shape[0])[:, None]
+        b = np.arange(shape[1])[None, :]
+        rejected = design.rejects(k, w, b, look.pairs, alpha_test=alpha_test)
+        stop = float(state[rejected].sum())
+        flag += stop
+        by_look.append(stop)
+        state[rejected] = 0.0
+        if k < len(design.looks) - 1 and look.equivalence:
+            shown = design.within_margin(w, b, look.pairs)
+            passed = float(state[shown].sum())
+            within += passed
+            stop += passed
+            state[shown] = 0.0
+        pairs += stop * look.pairs
+    pairs += float(state.sum()) * design.planned_pairs
+    return Operating(
+        p_worse=p_worse,
+        p_better=p_better,
+        flag=min(flag, 1.0),
+        flag_by_look=tuple(by_look),
+        within=within,
+        expected_pairs=pairs,
+    )
+
+
+def drop_probabilities(discordance: float, drop: float) -> tuple[float, float]:
+    """(p_worse, p_better) for a true drop `drop` when PD and baseline disagree on `discordance`.
+
+    As in Connor's formula, d is the disagreement of the run with the drop in it, floored at the
+    drop (a drop of δ makes at least δ of the questions discordant).
+    """
+    d = min(max(discordance, drop), 1.0)
+    return (d + drop) / 2.0, (d - drop) / 2.0
+
+
+@dataclass(frozen=True)
+class PowerRule:
+    """The power rule: INCONCLUSIVE exactly when P(flag | drop = margin + extra) < target."""
+
+    drop_pts: float
+    discordance: float
+    planned_pairs: int
+    alpha_test: float
+    power: float
+    target: float
+    # Set when the baseline answers fewer questions right than the drop: it cannot be seen.
+    baseline_accuracy: float | None
+
+    @property
+    def underpowered(self) -> bool:
+        return self.power < self.target
+
+
+def power_rule(
+    design: Design,
+    *,
+    discordance: float,
+    extra_pts: float,
+    baseline_accuracy: float | None = None,
+    target: float = DEFAULT_POWER,
+) -> PowerRule:
+    """Exact power of `design` (at its alpha_test: a lone regression among the family) to flag a
+    drop of margin + `extra_pts` at the run's discordance.
+
+    A baseline that answers fewer than margin + extra of the questions right cannot lose that
+    much: the power is 0 (all wrong on both sides is INCONCLUSIVE, not PASS).
+    """
+    drop = (design.margin_pts + extra_pts) / 100.0
+    if drop <= 0 or drop > 1:
+        raise ValueError(f"the power rule needs a drop in (0, 100] points, got {100 * drop:g}")
+    if baseline_accuracy is not None and baseline_accuracy < drop:
+        power = 0.0
+    else:
+        p_worse, p_better = drop_probabilities(discordance, drop)
+        power = operating(design, p_worse=p_worse, p_better=p_better).flag
+    return PowerRule(
+        drop_pts=100.0 * drop,
+        discordance=discordance,
+        planned_pairs=design.planned_pairs,
+        alpha_test=design.alpha_test,
+        power=power,
+        target=target,
+        baseline_accuracy=baseline_accuracy,
     )

@@ -1,135 +1,163 @@
-"""Early stop (`--early-stop`): call a REGRESSION as soon as it is certain, at error rate alpha.
+"""Early stop (`--early-stop`): the group-sequential form of the one paired test (`design.py`).
 
-Method: a mixture sequential probability ratio test on the discordant pairs. Among questions
-that the two sides answer differently, let X = 1 when PD is the one that is wrong. With no
-regression X ~ Bernoulli(1/2). Against the alternative θ > 1/2 we mix the likelihood ratio over
-a uniform prior on θ in [1/2, 1]:
+Pairs arrive in finish order, every repeat's pairs in one stream. At each planned interim look
+the test either rejects at its share of alpha (REGRESSION, certain: its sequential p-value is
+already below alpha / family size, which Holm always rejects), or shows the drop within the
+margin (PASS, certain), or goes on. The last look is not taken here: the run decides it, with
+Holm across its clean tests (`family.py`), on `SequentialTest.result()`.
 
-    L_m = 2 ∫_{1/2}^{1} θ^k (1 − θ)^{m−k} dθ / (1/2)^m
-        = 2^{m+1} · B(k+1, m−k+1) · I_{1/2}(m−k+1, k+1)
-
-for k PD-worse pairs out of m discordant ones. Each θ's ratio is a nonnegative martingale under
-θ = 1/2 (and a supermartingale when PD is better), so the mixture is too, and by Ville's
-inequality P(sup_m L_m ≥ 1/alpha) ≤ alpha: stopping the first time L_m ≥ 1/alpha keeps the
-type-I error at alpha however often it is checked (an always-valid test; no fixed looks).
-The stop also requires the observed drop to exceed the margin, which only removes rejections.
-
-It stops only for REGRESSION. A pass needs the whole run: the margin rule and the agreement
-test are judged at the end. A 0.86 → 0.11 collapse stops after about 10 questions.
+A 40-point collapse stops within 60 pairs; a clean cell at 5% disagreement stops for PASS after
+about two thirds of the questions on average (exact figures in docs/analysis.md).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-from scipy import special
-
+from pdcheck.analysis.design import Design, LookOutcome
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.evals.records import QuestionRecord
 
-__all__ = ["EarlyStop", "SequentialTest", "log_mixture_ratio", "replay"]
-
-
-def log_mixture_ratio(worse, discordant):
-    """log L_m for `worse` PD-worse pairs among `discordant` ones (element-wise on arrays)."""
-    k = np.asarray(worse, dtype=float)
-    m = np.asarray(discordant, dtype=float)
-    tail = special.betainc(m - k + 1, k + 1, 0.5)
-    return (
-        (m + 1) * math.log(2.0)
-        + special.betaln(k + 1, m - k + 1)
-        + np.log(np.maximum(tail, 1e-300))
-    )
+__all__ = ["EarlyStop", "SequentialResult", "SequentialTest", "replay", "sequential_result"]
 
 
 @dataclass(frozen=True)
 class EarlyStop:
-    """The decision to stop a cell early, with where and why."""
+    """The decision to stop a test at an interim look, with where and why."""
 
-    verdict: Verdict
+    verdict: Verdict  # REGRESSION, or PASS when the margin was shown
     n_pairs: int
     worse: int
     better: int
-    log_ratio: float
-    threshold_log_ratio: float
     reason: str
+    # None in a stop recorded before issue 17 (the mixture SPRT had no per-look p-value).
+    p_value: float | None = None
+    threshold: float | None = None
+
+
+@dataclass(frozen=True)
+class SequentialResult:
+    """The test's looks so far and its sequential p-value (the run applies Holm to it)."""
+
+    n_pairs: int
+    worse: int
+    better: int
+    p_value: float  # raw exact McNemar p at the last look taken
+    sequential_p: float  # min_k p_k / s_k: the p-value Holm adjusts
+    within_margin: bool  # the last look showed the drop within the margin
+    looks: tuple[LookOutcome, ...]
+    stop: EarlyStop | None
 
 
 class SequentialTest:
-    """Feed pairs as they finish; `should_stop()` returns an EarlyStop once a regression is certain.
+    """Feed pairs as they finish; `should_stop()` returns an EarlyStop once the verdict is certain.
 
-    >>> t = SequentialTest(alpha=0.05, margin_pts=2.0)
+    >>> t = SequentialTest(Design.plan(1319, alpha=0.05, margin_pts=2.0, early_stop=True))
     >>> t.add(baseline_correct=True, pd_correct=False)
     >>> t.should_stop() is None
     True
     """
 
-    def __init__(self, *, alpha: float, margin_pts: float):
-        if not 0 < alpha < 1:
-            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-        self.alpha = alpha
-        self.margin_pts = margin_pts
+    def __init__(self, design: Design):
+        self.design = design
         self.n_pairs = 0
         self.worse = 0
         self.better = 0
+        self._looks: list[LookOutcome] = []
         self._stop: EarlyStop | None = None
-
-    @property
-    def threshold_log_ratio(self) -> float:
-        return math.log(1.0 / self.alpha)
 
     def add(self, *, baseline_correct: bool, pd_correct: bool) -> None:
         """Record one question answered on both sides (skip request errors: they are not pairs)."""
+        if self._stop is not None:
+            return
         self.n_pairs += 1
         self.worse += baseline_correct and not pd_correct
         self.better += pd_correct and not baseline_correct
-        if self._stop is None:
-            self._stop = self._check()
+        k = len(self._looks)
+        if k < len(self.design.interim) and self.n_pairs == self.design.looks[k].pairs:
+            self._look(k)
 
-    def _check(self) -> EarlyStop | None:
-        log_ratio = float(log_mixture_ratio(self.worse, self.worse + self.better))
-        drop_pts = 100.0 * (self.worse - self.better) / self.n_pairs
-        if log_ratio < self.threshold_log_ratio or drop_pts <= self.margin_pts:
-            return None
-        return EarlyStop(
-            verdict=Verdict.REGRESSION,
-            n_pairs=self.n_pairs,
-            worse=self.worse,
-            better=self.better,
-            log_ratio=log_ratio,
-            threshold_log_ratio=self.threshold_log_ratio,
-            reason=(
-                f"mixture SPRT crossed 1/alpha={1 / self.alpha:g} after {self.n_pairs} pairs "
-                f"({self.worse} PD-worse vs {self.better} PD-better), drop {drop_pts:.1f} pts > {self.margin_pts:g}"
-            ),
+    def _look(self, k: int) -> None:
+        o = self.design.outcome(k, self.worse, self.better, self.n_pairs)
+        self._looks.append(o)
+        drop = 100.0 * (self.worse - self.better) / self.n_pairs
+        margin = self.design.margin_pts
+        if o.rejected:
+            verdict = Verdict.REGRESSION
+            why = (
+                f"McNemar p={o.p_value:.2g} ≤ {o.threshold:.2g} (its share of alpha), drop "
+                f"{drop:.1f} pts, a drop beyond {margin:g} pts not excluded"
+            )
+        elif o.within_margin and self.design.looks[k].equivalence:
+            verdict = Verdict.PASS
+            level = 100 * (1 - self.design.equivalence_alpha)
+            why = f"the drop is within the {margin:g}-pt margin (one-sided {level:g}% bound), drop {drop:.1f} pts"
+        else:
+            return
+        self._stop = EarlyStop(
+            verdict=verdict,
+            n_pairs=o.n_pairs,
+            worse=o.worse,
+            better=o.better,
+            p_value=o.p_value,
+            threshold=o.threshold,
+            reason=f"look {k + 1} after {o.n_pairs} pairs: {why}",
         )
 
     def should_stop(self) -> EarlyStop | None:
-        """The first stopping decision reached so far, or None to keep going."""
+        """The stopping decision reached so far, or None to keep going."""
         return self._stop
+
+    def result(self) -> SequentialResult:
+        """The looks taken, plus the final look at the current count unless the test stopped."""
+        looks = list(self._looks)
+        if self._stop is None and self.n_pairs > 0:
+            last = len(self.design.looks) - 1
+            looks.append(self.design.outcome(last, self.worse, self.better, self.n_pairs))
+        final = looks[-1] if looks else None
+        return SequentialResult(
+            n_pairs=self.n_pairs,
+            worse=self.worse,
+            better=self.better,
+            p_value=final.p_value if final else 1.0,
+            sequential_p=self.design.sequential_p(tuple(looks)),
+            within_margin=final.within_margin if final else False,
+            looks=tuple(looks),
+            stop=self._stop,
+        )
+
+
+def sequential_result(
+    runs: Sequence[tuple[Sequence[QuestionRecord], Sequence[QuestionRecord]]],
+    design: Design,
+    *,
+    pd_errors_wrong: bool = False,
+) -> SequentialResult:
+    """Replay (baseline, PD) record runs, repeat after repeat, PD records in file (finish) order.
+
+    Questions that failed on either side are not pairs and are skipped, as during a live run.
+    With `pd_errors_wrong`, a PD request that failed where the baseline answered is a pair with
+    PD wrong: the worst case that request errors can hide.
+    """
+    test = SequentialTest(design)
+    for baseline_records, pd_records in runs:
+        base = {r.index: r for r in baseline_records}
+        for r in pd_records:
+            b = base.get(r.index)
+            if b is None or not b.ok or not (r.ok or pd_errors_wrong):
+                continue
+            test.add(baseline_correct=b.correct, pd_correct=r.ok and r.correct)
+            if test.should_stop() is not None:
+                return test.result()
+    return test.result()
 
 
 def replay(
     baseline_records: Sequence[QuestionRecord],
     pd_records: Sequence[QuestionRecord],
     *,
-    alpha: float,
-    margin_pts: float,
+    design: Design,
 ) -> EarlyStop | None:
-    """Where the early stop would have called a finished run: PD records in file (finish) order.
-
-    Questions that failed on either side are not pairs and are skipped, as during a live run.
-    """
-    base = {r.index: r for r in baseline_records}
-    test = SequentialTest(alpha=alpha, margin_pts=margin_pts)
-    for r in pd_records:
-        b = base.get(r.index)
-        if b is None or not (b.ok and r.ok):
-            continue
-        test.add(baseline_correct=b.correct, pd_correct=r.correct)
-        if test.should_stop() is not None:
-            break
-    return test.should_stop()
+    """Where the early stop would have called a finished run of one repeat."""
+    return sequential_result([(baseline_records, pd_records)], design).stop

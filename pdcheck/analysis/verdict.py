@@ -1,22 +1,26 @@
 """Verdicts: turn a PairedComparison into PASS / REGRESSION / SUSPECT / INCONCLUSIVE / INFRA-ERROR.
 
 Kept apart from the statistics so that alpha and the margin come from the sweep's policy. The
+test behind a verdict is `design.Design` (looks, shares of alpha, the margin on a confidence
+bound), its run-level decision is `family.decide_family` (Holm across the clean tests). The
 rules, first match wins:
 
 1. INFRA-ERROR: servers failed (`infra_error`), the decoder received no KV
    (`kv_transferred_tokens == 0`: PD was bypassed, so the run proves nothing), a side's request
    error rate is above `max_error_rate`, or no question was answered on both sides.
-2. REGRESSION: the one-sided McNemar p-value is below alpha AND the observed drop is larger
-   than the effective margin. The margin keeps tiny significant differences on a huge n from
-   failing; the test keeps large noisy differences on a small n from failing. The effective
-   margin is the policy's margin, raised to the noise floor z_{1−α}·√2·σ when repeated
-   baseline runs measured a run-to-run std σ (a drop within what two runs of the same
-   configuration show cannot fail).
+2. REGRESSION: the run's decision rejects "no drop" (Holm-adjusted p ≤ alpha) and the last look
+   did not show the drop within the margin. The effective margin is the policy's margin,
+   raised to the noise floor z_{1−α}·√2·σ when repeated baseline runs measured a run-to-run
+   std σ.
 3. SUSPECT: PD has significantly more corruption-grade divergences than the control
-   (one-sided Fisher at alpha), without an accuracy drop. Needs logprobs: without them a
-   near-tie flip cannot be told from corruption, and divergences are reported, not judged.
-4. INCONCLUSIVE: the margin is below the minimum detectable effect at this n.
-5. PASS.
+   (one-sided Fisher at alpha), without an accuracy drop. Needs logprobs and a control; the
+   near-tie threshold is set by the measured jitter (`agreement.py`).
+4. INCONCLUSIVE, request errors: scoring PD's failed requests as wrong (where the baseline was
+   right) would make it a REGRESSION.
+5. PASS, within the margin: the one-sided upper bound on the drop is at most the margin.
+6. INCONCLUSIVE, underpowered: P(flag | drop = margin + `power_extra_pts`) < 80%, computed
+   exactly for this design at alpha / family size (`power.power_rule`).
+7. PASS: no drop beyond the margin shown.
 """
 
 from __future__ import annotations
@@ -28,13 +32,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import numpy as np
-import numpy.typing as npt
 from scipy import stats
 
+from pdcheck.analysis.design import Design
+from pdcheck.analysis.family import FamilyMember, FamilyVerdict, decide_family
 from pdcheck.analysis.paired import PairedComparison
-from pdcheck.analysis.power import summarize_power
-from pdcheck.analysis.stats import mcnemar_worse_p
+from pdcheck.analysis.power import PowerRule, power_rule, summarize_power
+from pdcheck.analysis.stats import tango_interval
 from pdcheck.config import AnalysisPolicy
 from pdcheck.errors import ExitCode
 
@@ -45,13 +49,15 @@ __all__ = [
     "CellVerdict",
     "Outcome",
     "Status",
+    "TestDecision",
     "Verdict",
     "canary_status",
     "count",
     "decide",
+    "gate_exit_code",
     "judge",
-    "regression_mask",
     "run_exit_code",
+    "single_test",
 ]
 
 
@@ -101,26 +107,16 @@ class CellVerdict:
     pd_errors: int | None = None
     suspect_p_value: float | None = None
     kv_transferred_tokens: int | None = None
-
-
-def regression_mask(
-    worse: npt.ArrayLike,
-    better: npt.ArrayLike,
-    n: npt.ArrayLike,
-    *,
-    alpha: float,
-    margin_pts: float,
-) -> npt.NDArray[np.bool_]:
-    """REGRESSION rule on counts (element-wise on arrays): significant AND drop beyond the margin.
-
-    The simulation tests call this same function on thousands of simulated cells at once.
-    """
-    w, b, count = np.asarray(worse), np.asarray(better), np.asarray(n)
-    drop_pts = 100.0 * (w - b) / np.maximum(count, 1)
-    mask: npt.NDArray[np.bool_] = (
-        (mcnemar_worse_p(w, b) < alpha) & (drop_pts > margin_pts) & (count > 0)
-    )
-    return mask
+    adjusted_p_value: float | None = None  # Holm-adjusted over the run's clean tests
+    family_size: int | None = None
+    power: float | None = None  # exact P(flag | drop = power_drop_pts) of this test's design
+    power_drop_pts: float | None = None
+    # The test's own numbers, kept so the run can apply Holm over all its tests at the end.
+    sequential_p_value: float | None = None
+    within_margin: bool | None = None
+    worst_case_p_value: float | None = None
+    worst_case_within_margin: bool | None = None
+    design: Design | None = None  # the test's looks and levels
 
 
 def noise_floor_pts(baseline_std: float | None, *, alpha: float) -> float:
@@ -130,13 +126,67 @@ def noise_floor_pts(baseline_std: float | None, *, alpha: float) -> float:
     return 100.0 * float(stats.norm.ppf(1 - alpha)) * math.sqrt(2.0) * baseline_std
 
 
-# Above max_error_rate failed requests on either side, the run measures the servers, not the model.
+def effective_margin_pts(comparison: PairedComparison, policy: AnalysisPolicy) -> float:
+    return max(
+        policy.margin_pts, noise_floor_pts(comparison.jitter.baseline_std, alpha=policy.alpha)
+    )
+
+
+@dataclass(frozen=True)
+class TestDecision:
+    """The statistical decision behind one verdict: the design, the test's numbers and the run's call."""
+
+    design: Design
+    member: FamilyMember
+    family: FamilyVerdict
+    early_stop: str | None = None  # the interim look's reason, when the test stopped early
+    # The test's pairs (every repeat pooled) at its last look; the interval and Δ use them.
+    worse: int = 0
+    better: int = 0
+    n_pairs: int = 0
+
+    @property
+    def within_margin(self) -> bool:
+        return self.member.within_margin
+
+
+def single_test(comparison: PairedComparison, policy: AnalysisPolicy) -> TestDecision:
+    """A lone test (`pdcheck compare`): one look at the end, a family of one."""
+    c = comparison
+    design = Design.plan(
+        max(c.n_pairs, 1), alpha=policy.alpha, margin_pts=effective_margin_pts(c, policy)
+    )
+    last = len(design.looks) - 1
+    outcome = design.outcome(last, c.worse, c.better, c.n_pairs)
+    seq_p = design.sequential_p((outcome,))
+    hidden = c.pd_errors_baseline_right
+    worst = design.outcome(last, c.worse + hidden, c.better, c.n_pairs + hidden)
+    member = FamilyMember(
+        key="compare",
+        p_value=c.p_value,
+        sequential_p=seq_p,
+        within_margin=outcome.within_margin,
+        worst_case_p=design.sequential_p((worst,)) if hidden else None,
+        worst_case_within_margin=worst.within_margin,
+    )
+    (family,) = decide_family([member], alpha=policy.alpha)
+    return TestDecision(
+        design=design,
+        member=member,
+        family=family,
+        worse=c.worse,
+        better=c.better,
+        n_pairs=c.n_pairs,
+    )
+
+
 def _infra_reason(
     comparison: PairedComparison,
     infra_error: str | None,
     kv_transferred_tokens: int | None,
     max_error_rate: float,
 ) -> str | None:
+    """Above max_error_rate failed requests on either side, the run measures the servers, not the model."""
     if infra_error:
         return f"servers failed: {infra_error}"
     if kv_transferred_tokens == 0:
@@ -149,73 +199,155 @@ def _infra_reason(
     return None
 
 
+def suspect_off(comparison: PairedComparison) -> str | None:
+    """Why the SUSPECT test did not run, said plainly in every non-flagged verdict."""
+    if comparison.control is None:
+        return "SUSPECT off: no control run (eval.repeats ≥ 2, or --control)"
+    if not comparison.control.judged:
+        return "SUSPECT off: no logprobs (eval.logprobs: true)"
+    return None
+
+
 def decide(
     comparison: PairedComparison,
     *,
     policy: AnalysisPolicy,
+    decision: TestDecision | None = None,
     infra_error: str | None = None,
     kv_transferred_tokens: int | None = None,
 ) -> CellVerdict:
-    """The verdict for one comparison under `policy` (alpha, margin_pts); see the module docstring."""
+    """The verdict for one comparison under `policy`; see the module docstring.
+
+    `decision` is the run's call on this test (its design, looks and Holm-adjusted p); without
+    it the comparison is judged alone (`single_test`).
+    """
     c = comparison
-    power = summarize_power(
-        n_pairs=c.n_pairs,
-        discordance=c.discordance,
-        alpha=policy.alpha,
-        margin_pts=policy.margin_pts,
+    d = decision if decision is not None else single_test(c, policy)
+    design = d.design
+    effective = design.margin_pts
+    alpha_test = design.alpha_test
+    # The test's pairs: every repeat pooled (the comparison's tables show repeat 0).
+    n, worse, better = d.n_pairs, d.worse, d.better
+    discordance = (worse + better) / n if n else 0.0
+    delta_pts = 100.0 * (better - worse) / n if n else None
+    p_raw = d.member.p_value
+    # Informational (Connor's normal approximation): the exact rule is `rule` below.
+    approx = summarize_power(
+        n_pairs=n,
+        discordance=discordance,
+        alpha=alpha_test,
+        margin_pts=effective + policy.power_extra_pts,
     )
-    effective = max(policy.margin_pts, noise_floor_pts(c.jitter.baseline_std, alpha=policy.alpha))
+    rule: PowerRule | None = None
+    level = 1 - 2 * design.equivalence_alpha
+    lo, hi = tango_interval(worse, better, n, confidence=level) if n else (math.nan, math.nan)
     suspect_p = c.control.p_value if c.control is not None and c.control.judged else None
 
+    off = suspect_off(c)
+
     def verdict(v: Verdict, reason: str) -> CellVerdict:
+        if off is not None and v in (Verdict.PASS, Verdict.INCONCLUSIVE):
+            reason = f"{reason}; {off}"
         return CellVerdict(
             verdict=v,
             reason=reason,
-            n_pairs=c.n_pairs,
-            delta_pts=c.delta_pts,
-            ci_low_pts=c.ci_low_pts,
-            ci_high_pts=c.ci_high_pts,
-            p_value=c.p_value,
+            n_pairs=n,
+            delta_pts=delta_pts,
+            ci_low_pts=100 * lo if n else None,
+            ci_high_pts=100 * hi if n else None,
+            p_value=p_raw,
             alpha=policy.alpha,
             margin_pts=policy.margin_pts,
             effective_margin_pts=effective,
-            mde_pts=power.mde_pts,
-            n_needed=power.n_needed_for_margin,
+            mde_pts=approx.mde_pts,
+            n_needed=approx.n_needed_for_margin,
             baseline_errors=c.baseline.n_errors,
             pd_errors=c.pd.n_errors,
             suspect_p_value=suspect_p,
             kv_transferred_tokens=kv_transferred_tokens,
+            adjusted_p_value=d.family.adjusted_p,
+            family_size=d.family.family_size,
+            power=None if rule is None else rule.power,
+            power_drop_pts=effective + policy.power_extra_pts,
+            sequential_p_value=d.member.sequential_p,
+            within_margin=d.member.within_margin,
+            worst_case_p_value=d.member.worst_case_p,
+            worst_case_within_margin=d.member.worst_case_within_margin,
+            design=design,
         )
 
     infra = _infra_reason(c, infra_error, kv_transferred_tokens, policy.max_error_rate)
     if infra is not None:
         return verdict(Verdict.INFRA_ERROR, infra)
-    delta = f"Δ {c.delta_pts:+.2f} pts [{c.ci_low_pts:+.2f}, {c.ci_high_pts:+.2f}]"
-    if bool(
-        regression_mask(c.worse, c.better, c.n_pairs, alpha=policy.alpha, margin_pts=effective)
-    ):
+    delta = f"Δ {delta_pts:+.2f} pts, {100 * level:g}% CI [{100 * lo:+.2f}, {100 * hi:+.2f}]"
+    p_text = (
+        f"p={p_raw:.2g} raw, {d.family.adjusted_p:.2g} adjusted "
+        f"(Holm over {d.family.family_size} test{'s' if d.family.family_size > 1 else ''})"
+    )
+    stopped = f"early stop, {d.early_stop}; " if d.early_stop else ""
+    if d.family.flagged:
         return verdict(
             Verdict.REGRESSION,
-            f"PD lost accuracy: {delta}, McNemar p={c.p_value:.2g} < {policy.alpha:g}, "
-            f"drop > margin {effective:.2f} pts (n={c.n_pairs})",
+            f"{stopped}PD lost accuracy: {delta}, {p_text} ≤ {policy.alpha:g}; a drop beyond "
+            f"the {effective:.2f}-pt margin is not excluded (n={n})",
         )
     ct = c.control
     if ct is not None and suspect_p is not None and suspect_p < policy.alpha:
         return verdict(
             Verdict.SUSPECT,
             f"{ct.pd_count}/{ct.pd_pairs} {ct.basis} divergences vs {ct.control_count}/{ct.control_pairs} "
-            f"in the {ct.source} (Fisher p={suspect_p:.2g}); {delta}",
+            f"in the {ct.source} (Fisher p={suspect_p:.2g}, tie threshold "
+            f"{c.agreement.tie_epsilon_nats:.3g} nats); {delta}",
         )
-    if power.underpowered:
+    if d.family.error_sensitive:
         return verdict(
             Verdict.INCONCLUSIVE,
-            f"underpowered: detects drops ≥ {power.mde_pts:.2f} pts at n={c.n_pairs}, margin is "
-            f"{policy.margin_pts:g} pts; needs n ≥ {power.n_needed_for_margin}; {delta}",
+            f"request errors could hide a drop: scoring PD's {c.pd_errors_baseline_right} failed "
+            f"requests (where the baseline was right) as wrong gives a REGRESSION; {delta}, {p_text}",
+        )
+    baseline_acc = c.baseline.accuracy
+    drop_pts = effective + policy.power_extra_pts
+    if baseline_acc is not None and baseline_acc < drop_pts / 100:
+        return verdict(
+            Verdict.INCONCLUSIVE,
+            f"the baseline answers {100 * baseline_acc:.1f}% right, so PD cannot lose "
+            f"{drop_pts:g} pts: the run cannot show a drop; {delta}",
+        )
+    if d.within_margin:
+        return verdict(
+            Verdict.PASS,
+            f"{stopped}within the margin: the drop is at most {-100 * lo:.2f} pts ≤ {effective:.2f} "
+            f"({100 * (1 - design.equivalence_alpha):g}% one-sided bound); {delta}, {p_text}",
+        )
+    rule = power_rule(
+        design,
+        discordance=discordance,
+        extra_pts=policy.power_extra_pts,
+        baseline_accuracy=baseline_acc,
+    )
+    if rule.underpowered:
+        return verdict(
+            Verdict.INCONCLUSIVE,
+            f"underpowered: P(flag | drop {rule.drop_pts:g} pts) = {rule.power:.2f} < "
+            f"{rule.target:g} at n={n}, discordance {100 * discordance:.1f}%; needs "
+            f"about n ≥ {approx.n_needed_for_margin}; {delta}",
         )
     return verdict(
         Verdict.PASS,
-        f"no drop beyond {effective:.2f} pts: {delta}, p={c.p_value:.2g} (n={c.n_pairs})",
+        f"no drop beyond the {effective:.2f}-pt margin shown: {delta}, {p_text}; a "
+        f"{rule.drop_pts:g}-pt drop would be flagged with probability {rule.power:.2f}",
     )
+
+
+def gate_exit_code(verdict: Verdict, *, allow_inconclusive: bool) -> ExitCode:
+    """The gate's exit code: INCONCLUSIVE fails (1) unless the policy allows it.
+
+    "We could not tell" must not look like "no regression": a CI job too small to see the
+    margin says so by failing, unless its sweep opts in with `analysis.allow_inconclusive`.
+    """
+    if verdict is Verdict.INCONCLUSIVE and not allow_inconclusive:
+        return ExitCode.FAILED
+    return verdict.exit_code
 
 
 class CanaryStatus(enum.StrEnum):
@@ -256,10 +388,13 @@ class Outcome:
     reason: str
 
 
-def judge(verdict: Verdict, reason: str, *, canary: bool) -> Outcome:
+def judge(
+    verdict: Verdict, reason: str, *, canary: bool, allow_inconclusive: bool = False
+) -> Outcome:
     """The canary logic: for a canary arm (injected faults, fixes off) a flag is the expected result.
 
     A canary that comes out PASS or INCONCLUSIVE is a failure: the suite lost its detection power.
+    A clean INCONCLUSIVE fails the gate too unless the policy allows it (`gate_exit_code`).
     """
     if verdict is Verdict.INFRA_ERROR:
         return Outcome(Status.INFRA, verdict, canary, reason)
@@ -275,7 +410,14 @@ def judge(verdict: Verdict, reason: str, *, canary: bool) -> Outcome:
     if verdict.flagged:
         return Outcome(Status.FAIL, verdict, canary, reason)
     if verdict is Verdict.INCONCLUSIVE:
-        return Outcome(Status.INCONCLUSIVE, verdict, canary, reason)
+        if gate_exit_code(verdict, allow_inconclusive=allow_inconclusive) is ExitCode.OK:
+            return Outcome(Status.INCONCLUSIVE, verdict, canary, reason)
+        return Outcome(
+            Status.FAIL,
+            verdict,
+            canary,
+            f"we could not tell, which fails the gate (analysis.allow_inconclusive is false): {reason}",
+        )
     return Outcome(Status.PASS, verdict, canary, reason)
 
 

@@ -1,9 +1,8 @@
 """`pdcheck compare BASELINE.jsonl PD.jsonl`: the whole paired analysis of two record files.
 
 Exit code follows the verdict: 0 PASS, 1 REGRESSION or SUSPECT, 2 INFRA-ERROR, 3 bad input
-(files over different questions). INCONCLUSIVE exits 0 with a warning on stderr: an
-underpowered run is not evidence of a regression, and failing it would train people to ignore
-the gate; the warning gives the n needed.
+(files over different questions). INCONCLUSIVE exits 1 ("we could not tell" is not green),
+or 0 with a warning on stderr under `--allow-inconclusive`; either way the line says why.
 """
 
 from __future__ import annotations
@@ -21,7 +20,9 @@ from pdcheck.analysis import (
     decide,
     divergence_precision,
 )
+from pdcheck.analysis.design import Design
 from pdcheck.analysis.sequential import replay
+from pdcheck.analysis.verdict import gate_exit_code
 from pdcheck.cli._common import console, err_console
 from pdcheck.config import AnalysisPolicy
 from pdcheck.evals.records import read_records
@@ -57,7 +58,7 @@ def _tables(c: PairedComparison) -> list[Table]:
         )
 
     paired = Table(
-        title=f"Paired (n={c.n_pairs}, {100 * (1 - c.alpha):g}% Tango CI, one-sided exact McNemar)"
+        title=f"Paired (n={c.n_pairs}, {100 * (1 - 2 * c.alpha):g}% Tango CI, one-sided exact McNemar)"
     )
     for col in ("metric", "Δ pts (PD − baseline)", "CI low", "CI high", "p / counts"):
         paired.add_column(col)
@@ -130,7 +131,7 @@ def _tables(c: PairedComparison) -> list[Table]:
     type=click.FloatRange(0, 0.5, min_open=True, max_open=True),
     default=0.05,
     show_default=True,
-    help="Type-I error of the one-sided tests; the CI is 1 - alpha two-sided.",
+    help="Type-I error of the one-sided tests; the CI is 1 - 2*alpha two-sided (its ends are the one-sided bounds).",
 )
 @click.option(
     "--tie-epsilon",
@@ -168,6 +169,11 @@ def _tables(c: PairedComparison) -> list[Table]:
     "--early-stop", is_flag=True, help="Also report where the sequential test would have stopped."
 )
 @click.option(
+    "--allow-inconclusive",
+    is_flag=True,
+    help="Exit 0 (with a warning) on INCONCLUSIVE instead of 1.",
+)
+@click.option(
     "--injections",
     type=_FILE,
     help="The plugin's injections.jsonl: precision/recall of the corruption-grade divergences "
@@ -189,6 +195,7 @@ def compare(
     expected_accuracy,
     expected_rtol,
     early_stop,
+    allow_inconclusive,
     injections,
     run_tag,
     as_json,
@@ -196,11 +203,15 @@ def compare(
     """Compare BASELINE and PD record files question by question and print the verdict.
 
     \b
-    Exit: 0 PASS (and INCONCLUSIVE, with a warning), 1 REGRESSION or SUSPECT,
-    2 INFRA-ERROR, 3 the files cover different questions.
+    Exit: 0 PASS, 1 REGRESSION or SUSPECT (and INCONCLUSIVE unless
+    --allow-inconclusive), 2 INFRA-ERROR, 3 the files cover different questions.
     """
     policy = AnalysisPolicy(
-        margin_pts=margin_pts, alpha=alpha, tie_epsilon_nats=tie_epsilon, early_stop=early_stop
+        margin_pts=margin_pts,
+        alpha=alpha,
+        tie_epsilon_nats=tie_epsilon,
+        early_stop=early_stop,
+        allow_inconclusive=allow_inconclusive,
     )
     base_records, pd_records = read_records(baseline), read_records(pd)
     comparison = compare_paired(
@@ -217,7 +228,15 @@ def compare(
     )
     verdict = decide(comparison, policy=policy)
     stop = (
-        replay(base_records, pd_records, alpha=alpha, margin_pts=margin_pts) if early_stop else None
+        replay(
+            base_records,
+            pd_records,
+            design=Design.plan(
+                comparison.n_pairs, alpha=alpha, margin_pts=margin_pts, early_stop=True
+            ),
+        )
+        if early_stop
+        else None
     )
     precision = None
     if injections:
@@ -262,7 +281,9 @@ def compare(
         console.print(f"[bold]{verdict.verdict.value}[/bold]: {verdict.reason}")
     if verdict.verdict is Verdict.INCONCLUSIVE:
         err_console.print(
-            f"warning: INCONCLUSIVE exits 0; the run is too small to show a {margin_pts:g}-point drop "
-            f"(needs n ≥ {verdict.n_needed})"
+            f"{'warning' if allow_inconclusive else 'error'}: INCONCLUSIVE, we could not tell "
+            f"whether PD lost more than {margin_pts:g} points; {verdict.reason}"
+            + ("" if allow_inconclusive else " (exit 1; --allow-inconclusive exits 0)")
         )
-    raise click.exceptions.Exit(int(verdict.verdict.exit_code))
+    code = gate_exit_code(verdict.verdict, allow_inconclusive=allow_inconclusive)
+    raise click.exceptions.Exit(int(code))

@@ -20,7 +20,8 @@ EXIT_CODES_HELP = """
 \b
 Exit codes:
   0  every cell PASS and every canary flagged (and the race harness clean)
-  1  a REGRESSION or SUSPECT, or a canary that was not flagged (or race findings)
+  1  a REGRESSION or SUSPECT, or a canary that was not flagged (or race findings),
+     or an INCONCLUSIVE cell unless analysis.allow_inconclusive is true
   2  infra error: servers failed, no KV transferred, the harness could not run
   3  bad sweep file or options; nothing was started
 When both 1 and 2 apply, the exit code is 1.
@@ -85,7 +86,10 @@ def _render_report():
 @click.option(
     "--early-stop",
     is_flag=True,
-    help="Skip a cell's higher concurrency levels once one is flagged.",
+    help=(
+        "Look at each test a few times (30 and 60 questions, each quarter): stop once REGRESSION "
+        "or PASS is certain, at the same alpha, and skip a flagged cell's higher levels."
+    ),
 )
 @click.option(
     "--continue-on-error/--fail-fast",

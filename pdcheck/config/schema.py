@@ -182,9 +182,17 @@ class EvalSettings(_Strict):
 
 class AnalysisPolicy(_Strict):
     margin_pts: Annotated[float, Field(ge=0, le=100)] = 2.0
+    # The chance that a sweep with no drop anywhere fails (Holm across its clean tests).
     alpha: Annotated[float, Field(gt=0, lt=0.5)] = 0.05
+    # Floor of the near-tie threshold; the threshold used is the larger of this and the jitter
+    # measured on the aligned tokens of the runs (docs/analysis.md, "Greedy agreement").
     tie_epsilon_nats: Annotated[float, Field(ge=0)] = 0.05
+    # Group-sequential looks: stop for REGRESSION or for PASS once certain (docs/analysis.md).
     early_stop: bool = False
+    # Power rule: INCONCLUSIVE when P(flag | drop = margin + this) < 80%.
+    power_extra_pts: Annotated[float, Field(gt=0, le=100)] = 1.0
+    # INCONCLUSIVE fails the gate (exit 1) unless this is true: "we could not tell" is not green.
+    allow_inconclusive: bool = False
     # More failed requests than this (per side) makes a unit INFRA-ERROR rather than a verdict.
     max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.05
 

@@ -9,6 +9,7 @@ large write) is skipped on reading.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -31,11 +32,23 @@ class TokenLogprobs:
 
     @property
     def top2_margin(self) -> float | None:
-        """logprob(best) - logprob(second best): how close this position was to a tie (nats)."""
+        """logprob(best) - logprob(second best): how close this position was to a tie (nats).
+
+        None when unknown: fewer than two alternatives, or one is NaN (a value the server did
+        not give, or −inf written as null), since the missing one could rank anywhere.
+        """
         if len(self.top) < 2:
             return None
-        ranked = sorted((lp for _, lp in self.top), reverse=True)
-        return ranked[0] - ranked[1]
+        best = second = -math.inf
+        for _, lp in self.top:
+            if math.isnan(lp):
+                return None
+            if lp > best:
+                best, second = lp, best
+            elif lp > second:
+                second = lp
+        margin = best - second
+        return None if math.isnan(margin) else margin
 
 
 @dataclass(frozen=True)
@@ -88,7 +101,11 @@ class QuestionRecord:
             data["token_ids"] = tuple(data["token_ids"])
         if data.get("logprobs") is not None:
             data["logprobs"] = tuple(
-                TokenLogprobs(tok, _NAN if lp is None else lp, tuple((a, b) for a, b in top))
+                TokenLogprobs(
+                    tok,
+                    _NAN if lp is None else lp,
+                    tuple((a, _NAN if b is None else b) for a, b in top),
+                )
                 for tok, lp, top in data["logprobs"]
             )
         return cls(**data)

@@ -41,7 +41,8 @@ class ResultRow:
     delta_pts: float | None = None
     ci_low_pts: float | None = None
     ci_high_pts: float | None = None
-    p_value: float | None = None
+    p_value: float | None = None  # raw
+    adjusted_p: float | None = None  # Holm over the run's clean tests (a canary: its own p)
     delta_invalid_pts: float | None = None
     agreement: float | None = None
     kv_tokens: int | None = None
@@ -81,21 +82,26 @@ def _side_accuracy(cell: CellResult, side: Side, concurrency: int) -> float | No
 
 def _numbers(entry: VerdictFile) -> dict[str, Any]:
     """The table's analysis numbers, from the stored PairedComparison and CellVerdict."""
+    v = entry.verdict
     numbers: dict[str, Any] = {
-        "mde_pts": entry.verdict.mde_pts,
-        "kv_tokens": entry.verdict.kv_transferred_tokens,
+        "mde_pts": v.mde_pts,
+        "kv_tokens": v.kv_transferred_tokens,
+        "adjusted_p": v.adjusted_p_value,
     }
     c = entry.comparison
     if c is None:
         return numbers
+    # Δ, its interval and p are the verdict's (every repeat pooled, the interval at the level
+    # the test used); a verdict stored before issue 17 has only the comparison's.
+    pooled = v.n_pairs is not None and v.p_value is not None
     return numbers | {
-        "n": c.n_pairs,
+        "n": v.n_pairs if pooled else c.n_pairs,
         "baseline_accuracy": c.baseline.accuracy,
         "pd_accuracy": c.pd.accuracy,
-        "delta_pts": c.delta_pts,
-        "ci_low_pts": c.ci_low_pts,
-        "ci_high_pts": c.ci_high_pts,
-        "p_value": c.p_value,
+        "delta_pts": v.delta_pts if pooled else c.delta_pts,
+        "ci_low_pts": v.ci_low_pts if pooled else c.ci_low_pts,
+        "ci_high_pts": v.ci_high_pts if pooled else c.ci_high_pts,
+        "p_value": v.p_value if pooled else c.p_value,
         "delta_invalid_pts": c.delta_invalid_pts,
         "agreement": c.agreement.exact_match_fraction,
     }

@@ -1,7 +1,8 @@
-"""`--early-stop` inside a PD unit: stop asking once a regression is certain.
+"""`--early-stop` inside a PD unit: stop asking once a REGRESSION or a PASS is certain.
 
 The baseline of the same level runs first, so each PD record that arrives is paired with its
-baseline answer and fed to a `StopRule`. The `UnitStopper` is the eval's `should_stop`: when the
+baseline answer and fed to a `StopRule`: the level's one group-sequential test, shared by its
+repeat units (repeats pool into one test). The `UnitStopper` is the eval's `should_stop`: when the
 rule decides, the eval cancels the questions still out and returns a summary marked stopped,
 and the rule's `EarlyStop` goes into the unit's summary file, so the verdict can say REGRESSION
 without the remaining questions.
@@ -12,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from pdcheck.analysis.sequential import EarlyStop
-from pdcheck.config import AnalysisPolicy
+from pdcheck.analysis.sequential import EarlyStop, SequentialTest
 from pdcheck.evals.records import QuestionRecord
 
 
@@ -28,12 +28,14 @@ class StopRule(Protocol):
 
 
 class SequentialRule:
-    """The mixture SPRT of `pdcheck.analysis.sequential` on correctness, as a `StopRule`."""
+    """The level's `SequentialTest` (`pdcheck.analysis.sequential`) on correctness, as a `StopRule`.
 
-    def __init__(self, policy: AnalysisPolicy):
-        from pdcheck.analysis import SequentialTest
+    One test per level: every repeat unit of the level feeds the same one, so a test that
+    stopped in repeat 0 stops repeat 1 at its first answer.
+    """
 
-        self._test = SequentialTest(alpha=policy.alpha, margin_pts=policy.margin_pts)
+    def __init__(self, test: SequentialTest):
+        self._test = test
 
     def add(self, baseline: QuestionRecord, pd: QuestionRecord) -> EarlyStop | None:
         self._test.add(baseline_correct=baseline.correct, pd_correct=pd.correct)

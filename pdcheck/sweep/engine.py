@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from pdcheck.analysis.sequential import SequentialTest
 from pdcheck.analysis.verdict import Outcome
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.errors import ExitCode
@@ -34,7 +35,7 @@ from pdcheck.sweep.backends import Backend
 from pdcheck.sweep.early_stop import SequentialRule, UnitStopper
 from pdcheck.sweep.events import EventSink, Progress
 from pdcheck.sweep.finish import RenderReport, finish_run
-from pdcheck.sweep.judging import carry_level, judge_level, level_ready
+from pdcheck.sweep.judging import carry_level, clean_tests, judge_level, level_ready, live_test
 from pdcheck.sweep.plan import Job, Placement, Unit, pack, plan_jobs
 from pdcheck.sweep.schema import KvEvidence, Provenance, RunSummary
 from pdcheck.sweep.store import CellStore, RunStore, donors
@@ -49,6 +50,9 @@ class SweepOptions:
     early_stop: bool = False
     # False: restart servers for every unit and share no baseline (the benchmark's comparison).
     reuse: bool = True
+    # The run's clean tests (Holm's family); None: those of the engine's cells. A shard passes
+    # the whole selection's, so its early stops hold in the merged run.
+    family_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,10 @@ class Engine:
         self._tasks: dict[str, TaskData] = {}
         self._stopped: dict[tuple[str, int], _Carried] = {}
         self._judged: dict[tuple[str, int], Outcome] = {}
+        self._tests: dict[tuple[str, int], SequentialTest] = {}
+        self.family_size = (
+            options.family_size if options.family_size is not None else clean_tests(cells)
+        )
 
     def cell_store(self, cell: Cell) -> CellStore:
         return self.store.cell(cell.dirname, self._provenance(cell))
@@ -303,14 +311,27 @@ class Engine:
             f"accuracy {accuracy} ({summary.n} questions)",
         )
 
+    def _early_stop(self, cell: Cell) -> bool:
+        return self.options.early_stop or cell.analysis.early_stop
+
     def _stopper(self, cell: Cell, cs: CellStore, unit: Unit) -> UnitStopper | None:
-        """With early stop, a PD unit whose baseline is done is checked as its records arrive."""
-        if unit.side != "pd" or not (self.options.early_stop or cell.analysis.early_stop):
+        """With early stop, a PD unit whose baseline is done is checked as its records arrive,
+        by its level's one test (shared by the level's repeats)."""
+        if unit.side != "pd" or not self._early_stop(cell):
             return None
-        if not cs.unit_done("baseline", unit.concurrency, 0):
+        if not all(cs.unit_done("baseline", unit.concurrency, r) for r in range(cell.eval.repeats)):
             return None
-        baseline = read_records(cs.records_path("baseline", unit.concurrency, 0))
-        return UnitStopper(baseline, SequentialRule(cell.analysis))
+        key = (cell.id, unit.concurrency)
+        if key not in self._tests:
+            self._tests[key] = live_test(
+                cell,
+                cs,
+                unit.concurrency,
+                family_size=self.family_size,
+                planned_questions=self._questions(unit),
+            )
+        baseline = read_records(cs.records_path("baseline", unit.concurrency, unit.repeat))
+        return UnitStopper(baseline, SequentialRule(self._tests[key]))
 
     # -- judging --------------------------------------------------------------------------
 
@@ -326,7 +347,14 @@ class Engine:
             elif not level_ready(cell, cs, c):
                 continue
             else:
-                outcome = judge_level(cell, cs, c)
+                outcome = judge_level(
+                    cell,
+                    cs,
+                    c,
+                    family_size=self.family_size,
+                    early_stop=self._early_stop(cell),
+                    planned_questions=self._questions(Unit(cell.id, "pd", c, 0)),
+                )
             with self._lock:
                 self._judged[(cell.id, c)] = outcome
                 self.progress.verdicts[outcome.verdict] += 1
@@ -335,8 +363,7 @@ class Engine:
                     for k in self.cells.values()
                 )
             self.progress.emit("verdict", f"{cell.name} c{c}: {outcome.verdict} ({outcome.reason})")
-            early_stop = self.options.early_stop or cell.analysis.early_stop
-            if early_stop and outcome.verdict.flagged:
+            if self._early_stop(cell) and outcome.verdict.flagged:
                 for later in cell.concurrency:
                     if later > c:
                         self._stopped.setdefault((cell.id, later), _Carried(c, outcome))

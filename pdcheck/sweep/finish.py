@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from pdcheck.sweep.judging import apply_family
 from pdcheck.sweep.junit import render_junit
 from pdcheck.sweep.store import RunResults, RunStore, load_run
 from pdcheck.sweep.summary import summarize
@@ -20,8 +21,12 @@ def finish_run(store: RunStore, *, render_report: RenderReport | None = None) ->
     """Summarize the folder once (attribution included), render junit and the report from that,
     stamp run.json finished and write summary.json, last: its presence means finished.
 
+    Before that, the run's decision: Holm across its clean tests (`apply_family`), which may
+    re-judge levels that were judged alone while the run went on.
+
     Returns the finished folder as it now reads.
     """
+    apply_family(store)
     results = load_run(store.root)
     summary = summarize(results)
     results = dataclasses.replace(results, summary=summary)

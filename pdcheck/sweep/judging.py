@@ -1,23 +1,39 @@
 """Judge one cell at one concurrency level from what the store holds, and record the verdict.
 
-Reads the baseline and PD records of that level, pairs them with `compare_paired`, turns the
-comparison into a `CellVerdict` with `decide` (which also turns "no KV transferred" into
-INFRA-ERROR), applies the canary logic (`judge`), and writes verdicts/c<N>.json.
+Reads the baseline and PD records of that level, pairs them with `compare_paired`, replays
+every repeat's pairs through the level's one test (`analysis.design`), turns that into a
+`CellVerdict` with `decide` (which also turns "no KV transferred" into INFRA-ERROR), applies
+the canary logic (`judge`), and writes verdicts/c<N>.json.
+
+A level is judged as soon as it is ready, at alpha / F (F: the run's clean tests), which is
+Holm's first step: a flag given then stands. When the run finishes, `apply_family` applies
+Holm across all the clean tests and re-judges the levels whose call it changes.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 
+from pdcheck.analysis.design import Design
+from pdcheck.analysis.family import FamilyMember, FamilyVerdict, decide_alone, decide_family
 from pdcheck.analysis.injection import InjectionPrecision
 from pdcheck.analysis.paired import PairedComparison
-from pdcheck.analysis.verdict import CellVerdict, Outcome, Verdict, judge
+from pdcheck.analysis.sequential import SequentialTest, sequential_result
+from pdcheck.analysis.verdict import (
+    CellVerdict,
+    Outcome,
+    TestDecision,
+    Verdict,
+    judge,
+    noise_floor_pts,
+)
 from pdcheck.config import Cell, level_expectation
 from pdcheck.evals.records import QuestionRecord
 from pdcheck.sweep.plan import SIDES, Unit
+from pdcheck.sweep.results import CellResult
 from pdcheck.sweep.schema import KvEvidence
-from pdcheck.sweep.store import CellStore, load_cell
+from pdcheck.sweep.store import CellStore, RunStore, load_cell, load_run
 
 
 def level_ready(cell: Cell, cs: CellStore, concurrency: int) -> bool:
@@ -30,7 +46,83 @@ def level_ready(cell: Cell, cs: CellStore, concurrency: int) -> bool:
     return True
 
 
-def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
+def clean_tests(cells: Iterable[Cell]) -> int:
+    """The family: every level expected not to be flagged (clean arms, race arms where their race
+    cannot fire). Canaries' levels are outside it."""
+    return sum(not level_expectation(cell, c).flag for cell in cells for c in cell.concurrency)
+
+
+def test_key(cell: Cell, concurrency: int) -> str:
+    return f"{cell.id}@c{concurrency}"
+
+
+def level_design(
+    cell: Cell,
+    concurrency: int,
+    baseline_runs: Sequence[Sequence[QuestionRecord]],
+    *,
+    family_size: int,
+    planned_questions: int,
+    early_stop: bool,
+) -> Design:
+    """The level's one test: every repeat's pairs, the margin raised to the baseline's jitter."""
+    policy = cell.analysis
+    accuracies = [
+        sum(r.correct for r in ok) / len(ok)
+        for run in baseline_runs
+        if (ok := [r for r in run if r.ok])
+    ]
+    std = statistics.stdev(accuracies) if len(accuracies) >= 2 else None
+    canary = level_expectation(cell, concurrency).flag
+    return Design.plan(
+        planned_questions * cell.eval.repeats,
+        alpha=policy.alpha,
+        margin_pts=max(policy.margin_pts, noise_floor_pts(std, alpha=policy.alpha)),
+        family_size=1 if canary else max(family_size, 1),
+        early_stop=early_stop,
+    )
+
+
+def live_test(
+    cell: Cell, cs: CellStore, concurrency: int, *, family_size: int, planned_questions: int
+) -> SequentialTest:
+    """The level's test for early stop, with the PD repeats already done fed in (a resumed run)."""
+    units = [u for u in load_cell(cs.dir).units if u.concurrency == concurrency and u.done]
+    baseline = {u.repeat: u.records() for u in units if u.side == "baseline"}
+    design = level_design(
+        cell,
+        concurrency,
+        [baseline[r] for r in sorted(baseline)],
+        family_size=family_size,
+        planned_questions=planned_questions,
+        early_stop=True,
+    )
+    test = SequentialTest(design)
+    for u in sorted((u for u in units if u.side == "pd"), key=lambda u: u.repeat):
+        base = {r.index: r for r in baseline.get(u.repeat, ())}
+        for r in u.records():
+            b = base.get(r.index)
+            if b is not None and b.ok and r.ok:
+                test.add(baseline_correct=b.correct, pd_correct=r.correct)
+    return test
+
+
+def judge_level(
+    cell: Cell,
+    cs: CellStore,
+    concurrency: int,
+    *,
+    family_size: int = 1,
+    early_stop: bool | None = None,
+    planned_questions: int | None = None,
+    design: Design | None = None,
+    family: FamilyVerdict | None = None,
+) -> Outcome:
+    """Judge the level at alpha / `family_size`, or with the run's `family` call once known.
+
+    `design` (a re-judgment: the one the level was judged with) overrides the rest; otherwise
+    early stop defaults to the cell's policy and the planned questions to the baseline's.
+    """
     from pdcheck.analysis import compare_paired, decide
 
     result = load_cell(cs.dir)
@@ -45,14 +137,10 @@ def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
         )
         return _record(cell, cs, concurrency, CellVerdict(Verdict.INFRA_ERROR, why))
     pd = {u.repeat: u.records() for u in units if u.side == "pd"}
+    baseline_all = {u.repeat: u.records() for u in units if u.side == "baseline"}
     asked = {r.index for r in pd[0]}
     # An early-stopped PD unit answered fewer questions: pair the baseline over those only.
-    baseline = {
-        u.repeat: [r for r in u.records() if r.index in asked]
-        for u in units
-        if u.side == "baseline"
-    }
-    stop = next((u.early_stop for u in units if u.side == "pd" and u.early_stop), None)
+    baseline = {r: [x for x in recs if x.index in asked] for r, recs in baseline_all.items()}
     policy = cell.analysis
     comparison = compare_paired(
         baseline[0],
@@ -65,14 +153,23 @@ def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
         expected_accuracy=cell.model.expected_accuracy,
         expected_rtol=cell.model.expected_rtol,
     )
-    verdict = decide(
-        comparison, policy=policy, kv_transferred_tokens=kv_tokens(result.kv, concurrency)
-    )
-    if stop is not None and verdict.verdict is not Verdict.INFRA_ERROR:
-        # The sequential test's call is valid at any stopping time; the fixed-n power rule is not.
-        verdict = dataclasses.replace(
-            verdict, verdict=stop.verdict, reason=f"early stop: {stop.reason}"
+    runs = [(baseline_all[r], pd[r]) for r in sorted(pd) if r in baseline_all]
+    if design is None:
+        design = level_design(
+            cell,
+            concurrency,
+            [b for b, _ in runs],
+            family_size=family_size,
+            planned_questions=planned_questions or len(baseline_all[0]),
+            early_stop=policy.early_stop if early_stop is None else early_stop,
         )
+    decision = _decision(cell, concurrency, runs, design, family=family)
+    verdict = decide(
+        comparison,
+        policy=policy,
+        decision=decision,
+        kv_transferred_tokens=kv_tokens(result.kv, concurrency),
+    )
     injection = None
     if cell.arm.inject is not None:
         injection = _injection_precision(
@@ -82,6 +179,81 @@ def judge_level(cell: Cell, cs: CellStore, concurrency: int) -> Outcome:
             run_tag=Unit(cell.id, "pd", concurrency, 0).run_tag,
         )
     return _record(cell, cs, concurrency, verdict, comparison=comparison, injection=injection)
+
+
+def _decision(
+    cell: Cell,
+    concurrency: int,
+    runs: list[tuple[list[QuestionRecord], list[QuestionRecord]]],
+    design: Design,
+    *,
+    family: FamilyVerdict | None,
+) -> TestDecision:
+    """The level's test replayed from the records (PD in finish order, repeat after repeat),
+    with its worst case (PD's failed requests as wrong) and the run's call on it."""
+    seq = sequential_result(runs, design)
+    worst = sequential_result(runs, design, pd_errors_wrong=True)
+    member = FamilyMember(
+        key=test_key(cell, concurrency),
+        p_value=seq.p_value,
+        sequential_p=seq.sequential_p,
+        within_margin=seq.within_margin,
+        canary=level_expectation(cell, concurrency).flag,
+        worst_case_p=worst.sequential_p if worst.n_pairs > seq.n_pairs else None,
+        worst_case_within_margin=worst.within_margin,
+    )
+    if family is None:
+        family = decide_alone(member, alpha=design.alpha, family_size=design.family_size)
+    return TestDecision(
+        design=design,
+        member=member,
+        family=family,
+        early_stop=seq.stop.reason if seq.stop is not None else None,
+        worse=seq.worse,
+        better=seq.better,
+        n_pairs=seq.n_pairs,
+    )
+
+
+def apply_family(store: RunStore) -> int:
+    """Holm across the run's clean tests; re-judge the levels whose call it changes.
+
+    Returns how many levels were re-judged. Canaries keep their own call. Levels without a test
+    (infra errors, levels carried by an early stop) are not in the family.
+    """
+    results = load_run(store.root)
+    tests: list[tuple[CellResult, Cell, int, FamilyMember, CellVerdict]] = []
+    for cell in results.cells:
+        spec = cell.spec
+        if spec is None:
+            continue
+        for c, entry in cell.verdicts.items():
+            v = entry.verdict
+            if v.sequential_p_value is None or entry.carried_from is not None:
+                continue
+            member = FamilyMember(
+                key=test_key(spec, c),
+                p_value=v.p_value if v.p_value is not None else 1.0,
+                sequential_p=v.sequential_p_value,
+                within_margin=bool(v.within_margin),
+                canary=level_expectation(spec, c).flag,
+                worst_case_p=v.worst_case_p_value,
+                worst_case_within_margin=bool(v.worst_case_within_margin),
+            )
+            tests.append((cell, spec, c, member, v))
+    if not tests:
+        return 0
+    alpha = tests[0][1].analysis.alpha
+    calls = decide_family([t[3] for t in tests], alpha=alpha)
+    changed = 0
+    for (cell, spec, c, _member, v), call in zip(tests, calls, strict=True):
+        if call.adjusted_p == v.adjusted_p_value and call.family_size == v.family_size:
+            continue
+        cs = store.cell(cell.dirname, cell.provenance)
+        # The design the level was judged with: its looks were taken at its family size.
+        judge_level(spec, cs, c, design=v.design, family=call)
+        changed += 1
+    return changed
 
 
 def _injection_precision(
@@ -117,7 +289,12 @@ def judge_expected(cell: Cell, concurrency: int, verdict: Verdict, reason: str) 
     expected = level_expectation(cell, concurrency)
     if cell.arm.canary:
         reason = f"{expected.why}; {reason}" if reason else expected.why
-    return judge(verdict, reason, canary=expected.flag)
+    return judge(
+        verdict,
+        reason,
+        canary=expected.flag,
+        allow_inconclusive=cell.analysis.allow_inconclusive,
+    )
 
 
 def kv_tokens(kv: Mapping[tuple[int, int], KvEvidence], concurrency: int) -> int | None:

@@ -18,8 +18,9 @@ from pdcheck.analysis.verdict import Status
 from pdcheck.config import Cell, expand_cells, load_sweep, select_cells
 from pdcheck.pytest_plugin import attached_endpoints
 from pdcheck.sweep.backends import AttachBackend
-from pdcheck.sweep.engine import Engine
+from pdcheck.sweep.engine import Engine, SweepOptions
 from pdcheck.sweep.finish import RenderReport, finish_run
+from pdcheck.sweep.judging import clean_tests
 from pdcheck.sweep.leases import GpuLeases
 from pdcheck.sweep.schema import Selection, SweepInfo
 from pdcheck.sweep.store import RunStore, create_run, load_cell, open_run
@@ -34,21 +35,28 @@ class SweepFile(pytest.File):
     def collect(self):
         spec = load_sweep(self.path)
         only = tuple(self.config.getoption("pdcheck_only") or ())
-        for cell in select_cells(expand_cells(spec), only=only):
-            yield CellItem.from_parent(self, name=cell.name, cell=cell)
+        cells = select_cells(expand_cells(spec), only=only)
+        # Holm's family is the session's clean tests, so a cell judged alone (at alpha / F)
+        # gets the call the session's finish will keep.
+        family = clean_tests(cells)
+        for cell in cells:
+            yield CellItem.from_parent(self, name=cell.name, cell=cell, family_size=family)
 
 
 class CellItem(pytest.Item):
-    def __init__(self, *, cell: Cell, **kwargs):
+    def __init__(self, *, cell: Cell, family_size: int = 1, **kwargs):
         super().__init__(**kwargs)
         self.cell = cell
+        self.options = SweepOptions(family_size=family_size)
         self.add_marker(pytest.mark.pdcheck_cell)
 
     def runtest(self) -> None:
         store = open_store(self.config)
         attached = attached_endpoints(self.config)
         if attached is not None:
-            Engine([self.cell], store=store, backend=AttachBackend(attached)).execute()
+            Engine(
+                [self.cell], store=store, backend=AttachBackend(attached), options=self.options
+            ).execute()
         else:
             self._run_on_leased_devices(store)
         outcomes = cell_outcomes(load_cell(store.root / "cells" / self.cell.dirname))
@@ -72,7 +80,7 @@ class CellItem(pytest.Item):
             if gpus:
                 mine = tuple(g for g in backend.inventory.gpus if g.index in gpus)
                 backend.inventory = GpuInventory(mine, backend.inventory.source)
-            Engine([self.cell], store=store, backend=backend).execute()
+            Engine([self.cell], store=store, backend=backend, options=self.options).execute()
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, CellFailed):

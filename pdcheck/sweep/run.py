@@ -11,7 +11,7 @@ import hashlib
 import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from pdcheck.sweep.backends import AttachBackend, Backend
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
 from pdcheck.sweep.events import EventSink
 from pdcheck.sweep.finish import RenderReport
+from pdcheck.sweep.judging import clean_tests
 from pdcheck.sweep.results import read_run_file
 from pdcheck.sweep.schema import Selection, SweepInfo
 from pdcheck.sweep.store import Provenance, RunStore, create_run
@@ -64,6 +65,8 @@ class PreparedSweep:
     out: Path
     resuming: bool
     attach: Endpoints | None = None  # checked and normalised
+    # Clean tests over the whole selection (every shard): Holm's family.
+    family_size: int = 0
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -108,8 +111,8 @@ def prepare(request: SweepRequest) -> PreparedSweep:
     only = request.only or selection.only
     keyword = request.keyword or selection.keyword
     shard = request.shard or selection.shard
-    cells = select_cells(expand_cells(spec), only=only, keyword=keyword)
-    cells = shard_cells(cells, shard)
+    selected = select_cells(expand_cells(spec), only=only, keyword=keyword)
+    cells = shard_cells(selected, shard)
     endpoints = None
     if request.attach is not None:  # the rules the CLI and pytest options were checked by
         endpoints = attach(
@@ -128,7 +131,14 @@ def prepare(request: SweepRequest) -> PreparedSweep:
                 f"--out {out} already holds files; use --resume {out} to continue that run, or a new folder"
             )
     return PreparedSweep(
-        spec, path, sha, tuple(cells), Path(out), request.resume is not None, endpoints
+        spec,
+        path,
+        sha,
+        tuple(cells),
+        Path(out),
+        request.resume is not None,
+        attach=endpoints,
+        family_size=clean_tests(selected),
     )
 
 
@@ -190,8 +200,11 @@ def run_sweep(
             selection=Selection(only=request.only, keyword=request.keyword, shard=shard),
         ),
     )
+    # Holm's family is the whole selection, every shard's tests: a shard's early stops hold
+    # when `pdcheck merge` applies Holm over all of them.
+    options = replace(request.options, family_size=prepared.family_size)
     engine = Engine(
-        prepared.cells, store=store, backend=backend, options=request.options, on_event=on_event
+        prepared.cells, store=store, backend=backend, options=options, on_event=on_event
     )
     # The harness runs once per sweep: in an unsharded run or in shard 1.
     race = prepared.spec.race

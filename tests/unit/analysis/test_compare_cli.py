@@ -42,13 +42,16 @@ def test_pass_exits_0(tmp_path):
     assert "PASS" in result.output
 
 
-def test_inconclusive_exits_0_with_a_warning(tmp_path):
-    """Underpowered is not a failure: exit 0, and stderr says how many questions are needed."""
+def test_inconclusive_fails_the_gate_unless_allowed(tmp_path):
+    """Underpowered is not green: exit 1 and stderr says why; --allow-inconclusive exits 0 with a warning."""
     b, p = _files(tmp_path, both=20, worse=1, better=0, neither=5)
     result = CliRunner().invoke(cli, ["compare", b, p])
-    assert result.exit_code == 0
+    assert result.exit_code == 1
     assert "INCONCLUSIVE" in result.output
-    assert "warning: INCONCLUSIVE" in result.stderr and "needs n ≥" in result.stderr
+    assert "error: INCONCLUSIVE, we could not tell" in result.stderr and "n ≥" in result.stderr
+    allowed = CliRunner().invoke(cli, ["compare", b, p, "--allow-inconclusive"])
+    assert allowed.exit_code == 0
+    assert "warning: INCONCLUSIVE" in allowed.stderr
 
 
 def test_infra_error_exits_2(tmp_path):

@@ -57,7 +57,7 @@ def test_results_table_has_every_column_and_one_row_per_cell_and_concurrency(mak
     assert "REGRESSION" in regressed[-1] and "canary flagged" in regressed[-1]
     assert (
         regressed[4].startswith("-30.0 [")
-        and regressed[5] == "&lt;0.001"
+        and regressed[5] == "&lt;0.001 / &lt;0.001"
         and regressed[8] == "8,000"
     )
 

@@ -163,9 +163,7 @@ def test_early_stop_ends_a_collapsing_unit_and_skips_higher_levels(sweep_file, s
     assert 0 < len(pd_c1.records()) < 16 and pd_c1.early_stop.verdict is Verdict.REGRESSION
     assert pd_c1.summary.stopped and pd_c1.summary.n == len(pd_c1.records())
     first = cell.verdicts[1].verdict
-    assert first.verdict is Verdict.REGRESSION and first.reason.startswith(
-        "early stop: mixture SPRT"
-    )
+    assert first.verdict is Verdict.REGRESSION and first.reason.startswith("early stop, look")
     assert cell.unit("pd", 4, 0) is None, "a level after a flagged one is not run"
     carried = cell.verdicts[4]
     assert carried.verdict.verdict is Verdict.REGRESSION and carried.carried_from == 1

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pdcheck.analysis.sequential import EarlyStop
+from pdcheck.analysis.design import Design
+from pdcheck.analysis.sequential import EarlyStop, SequentialTest
 from pdcheck.analysis.verdict import Verdict
-from pdcheck.config import AnalysisPolicy
 from pdcheck.evals.records import QuestionRecord
 from pdcheck.sweep.early_stop import SequentialRule, UnitStopper
 
@@ -24,7 +24,7 @@ class StopAfter:
         self.pairs.append((baseline.index, pd.index))
         if len(self.pairs) < self.n:
             return None
-        return EarlyStop(Verdict.REGRESSION, len(self.pairs), 0, 0, 0.0, 0.0, "enough")
+        return EarlyStop(Verdict.REGRESSION, len(self.pairs), 0, 0, "enough")
 
 
 def test_any_rule_plugs_in_and_failed_requests_are_not_pairs():
@@ -38,9 +38,13 @@ def test_any_rule_plugs_in_and_failed_requests_are_not_pairs():
     assert stop.stop is not None and stop.stop.reason == "enough"
 
 
-def test_the_sequential_rule_stops_a_collapse_early():
-    """The shipped rule (the mixture SPRT) calls REGRESSION on an all-wrong PD well before 100 questions."""
+def test_the_sequential_rule_stops_a_collapse_early_and_its_repeats_with_it():
+    """The shipped rule (the level's group-sequential test) calls REGRESSION on an all-wrong PD at
+    its first look (30 pairs); the level's next repeat, fed to the same test, stops at once."""
     baseline = [_record(i, correct=True) for i in range(100)]
-    stop = UnitStopper(baseline, SequentialRule(AnalysisPolicy(margin_pts=5.0)))
+    test = SequentialTest(Design.plan(200, alpha=0.05, margin_pts=5.0, early_stop=True))
+    stop = UnitStopper(baseline, SequentialRule(test))
     n = next(i for i in range(100) if stop(_record(i, correct=False)))
-    assert n < 20 and stop.stop is not None and stop.stop.verdict is Verdict.REGRESSION
+    assert n == 29 and stop.stop is not None and stop.stop.verdict is Verdict.REGRESSION
+    repeat = UnitStopper(baseline, SequentialRule(test))
+    assert repeat(_record(0, correct=True)) and repeat.stop == stop.stop

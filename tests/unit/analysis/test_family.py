@@ -1,0 +1,128 @@
+"""The run's decision (Holm across clean tests, canaries alone) and the verdict rules around it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pdcheck.analysis import Verdict, compare_paired, decide
+from pdcheck.analysis.design import Design
+from pdcheck.analysis.family import FamilyMember, decide_alone, decide_family, holm_adjust
+from pdcheck.analysis.sequential import sequential_result
+from pdcheck.analysis.stats import tango_interval
+from pdcheck.analysis.verdict import gate_exit_code
+from pdcheck.config import AnalysisPolicy
+from pdcheck.errors import ExitCode
+from tests.unit.analysis.builders import paired_sides, record, side
+
+POLICY = AnalysisPolicy()
+
+
+def test_holm_adjusted_p_values():
+    """Holm's adjusted p: sorted, multiplied by (F - rank), made monotone, capped at 1."""
+    assert holm_adjust([0.01, 0.04, 0.03, 0.5]) == (0.04, 0.09, 0.09, 0.5)
+    assert holm_adjust([0.3, 0.4]) == (0.6, 0.6)
+    assert holm_adjust([]) == ()
+
+
+def test_clean_tests_share_alpha_and_canaries_do_not():
+    """A p of 0.01 fails alone but not among 24 clean tests; a canary is judged on its own."""
+    members = [
+        FamilyMember(key=f"c{i}", p_value=0.5, sequential_p=0.5, within_margin=False)
+        for i in range(23)
+    ]
+    members.append(FamilyMember(key="x", p_value=0.01, sequential_p=0.01, within_margin=False))
+    members.append(
+        FamilyMember(
+            key="canary", p_value=0.01, sequential_p=0.01, within_margin=False, canary=True
+        )
+    )
+    verdicts = {v.key: v for v in decide_family(members, alpha=0.05)}
+    assert not verdicts["x"].flagged and verdicts["x"].adjusted_p == 0.24
+    assert verdicts["x"].family_size == 24
+    assert verdicts["canary"].flagged and verdicts["canary"].family_size == 1
+    assert verdicts["canary"].adjusted_p == 0.01
+
+
+def test_a_drop_shown_within_the_margin_is_not_flagged():
+    """A tiny significant drop whose bound is within the margin passes (the margin's purpose)."""
+    (v,) = decide_family(
+        [FamilyMember(key="a", p_value=1e-9, sequential_p=1e-9, within_margin=True)], alpha=0.05
+    )
+    assert not v.flagged
+
+
+def test_request_errors_that_could_hide_a_drop_make_the_cell_inconclusive():
+    """65 of 1319 PD requests fail exactly where the baseline was right: scored as wrong they
+    would be a 4.9-point REGRESSION, so the cell is INCONCLUSIVE, not PASS with Δ 0."""
+    base, pd = paired_sides(both=1000, worse=10, better=10, neither=299)
+    failed = {r.index for r in base if r.correct}
+    hidden = sorted(failed)[:65]
+    pd = [record(r.index, correct=False, ok=False) if r.index in hidden else r for r in pd]
+    v = decide(compare_paired(base, pd), policy=POLICY)
+    assert v.verdict is Verdict.INCONCLUSIVE, v.reason
+    assert "request errors could hide a drop" in v.reason
+    # The same errors where the baseline was wrong too cannot hide a drop.
+    wrong = [r.index for r in base if not r.correct][:65]
+    pd2 = [
+        record(r.index, correct=False, ok=False) if r.index in wrong else r
+        for r in paired_sides(both=1000, worse=10, better=10, neither=299)[1]
+    ]
+    assert decide(compare_paired(base, pd2), policy=POLICY).verdict is Verdict.PASS
+
+
+def test_all_wrong_on_both_sides_is_inconclusive():
+    """A baseline that answers nothing right cannot lose 3 points: we could not tell, not PASS."""
+    base, pd = paired_sides(both=0, worse=0, better=0, neither=1319)
+    v = decide(compare_paired(base, pd), policy=POLICY)
+    assert v.verdict is Verdict.INCONCLUSIVE and "cannot lose" in v.reason
+
+
+def test_inconclusive_fails_the_gate_unless_allowed():
+    assert gate_exit_code(Verdict.INCONCLUSIVE, allow_inconclusive=False) is ExitCode.FAILED
+    assert gate_exit_code(Verdict.INCONCLUSIVE, allow_inconclusive=True) is ExitCode.OK
+    assert gate_exit_code(Verdict.PASS, allow_inconclusive=False) is ExitCode.OK
+    assert gate_exit_code(Verdict.REGRESSION, allow_inconclusive=True) is ExitCode.FAILED
+
+
+def test_interval_agrees_with_the_test():
+    """The 1 - 2 alpha interval excludes 0 whenever the test rejects, and lies above −margin
+    whenever the margin is shown: a REGRESSION never prints an interval reaching +, a PASS
+    within the margin never prints one reaching beyond it."""
+    rng = np.random.default_rng(4)
+    design = Design.plan(1319, alpha=0.05, margin_pts=2.0)
+    for _ in range(300):
+        n = int(rng.choice([60, 300, 1319]))
+        worse = int(rng.integers(0, n // 5))
+        better = int(rng.integers(0, min(n // 5, n - worse) + 1))
+        lo, hi = tango_interval(worse, better, n, confidence=0.9)
+        if bool(design.rejects(0, worse, better, n)):
+            assert hi < 0, (worse, better, n)
+        if bool(design.within_margin(worse, better, n)):
+            assert lo >= -0.02 - 1e-9, (worse, better, n)
+
+
+def test_a_test_alone_is_judged_at_alpha_over_f_and_holm_keeps_its_flags():
+    """Before the family is known a test is judged at alpha / F (Bonferroni); every flag it
+    gives, Holm over the family gives too."""
+    rng = np.random.default_rng(8)
+    for _ in range(200):
+        ps = rng.uniform(0, 0.01, 24) ** rng.uniform(0.5, 2)
+        members = [
+            FamilyMember(key=str(i), p_value=p, sequential_p=p, within_margin=False)
+            for i, p in enumerate(ps)
+        ]
+        final = decide_family(members, alpha=0.05)
+        for m, f in zip(members, final, strict=True):
+            alone = decide_alone(m, alpha=0.05, family_size=24)
+            assert f.flagged or not alone.flagged
+            assert alone.adjusted_p >= f.adjusted_p - 1e-15
+
+
+def test_worst_case_replay_scores_pd_errors_as_wrong():
+    """The worst-case stream counts a PD error where the baseline was right as a PD-worse pair."""
+    base = side([True] * 10)
+    pd = [record(i, correct=False, ok=i >= 3) for i in range(10)]
+    design = Design.plan(10, alpha=0.05, margin_pts=2.0)
+    assert sequential_result([(base, pd)], design).n_pairs == 7
+    worst = sequential_result([(base, pd)], design, pd_errors_wrong=True)
+    assert (worst.n_pairs, worst.worse) == (10, 10)

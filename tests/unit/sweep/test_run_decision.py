@@ -1,0 +1,62 @@
+"""The run's decision in a sweep: Holm across the clean tests at finish, and the INCONCLUSIVE gate."""
+
+from __future__ import annotations
+
+import json
+
+from pdcheck.analysis.verdict import Verdict
+from pdcheck.config import SweepSpec, expand_cells
+from pdcheck.sweep import load_run
+from pdcheck.sweep.judging import clean_tests, judge_level
+from pdcheck.sweep.store import CellStore
+from tests.unit.report.conftest import CellPlan, write_run
+from tests.unit.sweep.test_cli_sweep import CLEAN, _sweep
+
+
+def test_finish_applies_holm_across_the_clean_tests(tmp_path):
+    """A 6-question drop in 200 (p = 0.016) fails a level judged alone, but not one of 4 clean
+    tests: at finish the level is re-judged with Holm's adjusted p, 4 × 0.016."""
+    plans = [
+        CellPlan("fixes-on", model="tiny-llama", drops={1: 6}),
+        CellPlan("fixes-on", model="tiny-granite"),
+    ]
+    root = write_run(tmp_path / "run", plans)
+    run = load_run(root)
+    cell = next(c for c in run.cells if c.name.startswith("tiny-llama"))
+    v = cell.verdicts[1].verdict
+    assert v.family_size == 4 and v.p_value is not None
+    assert v.adjusted_p_value is not None and abs(v.adjusted_p_value - 4 * v.p_value) < 1e-12
+    assert v.verdict is not Verdict.REGRESSION, v.reason
+    # The same level judged alone (a family of one) is a REGRESSION.
+    spec = cell.spec
+    assert spec is not None and cell.provenance is not None
+    alone = judge_level(spec, CellStore(root, cell.dirname, cell.provenance), 1)
+    assert alone.verdict is Verdict.REGRESSION
+
+
+def test_the_family_is_the_levels_expected_clean():
+    """Clean arms' levels are in the family; canaries' are not; a race arm's levels where its race
+    cannot fire (async off, concurrency 1) are clean tests."""
+    spec = SweepSpec(
+        name="f",
+        models=[{"name": "m", "path": "fixture:tiny-llama"}],
+        matrix={
+            "arms": ["fixes-on", "inject-zero", "fixes-off"],
+            "async_scheduling": [True],
+            "concurrency": [1, 8],
+        },
+    )
+    assert clean_tests(expand_cells(spec)) == 2 + 0 + 1
+
+
+def test_an_underpowered_clean_sweep_fails_unless_allowed(sweep_file, servers, tmp_path):
+    """16 questions cannot show a 3-point drop: INCONCLUSIVE, which fails the sweep (exit 1),
+    unless the sweep says analysis.allow_inconclusive: true (exit 0)."""
+    base, good, _ = servers
+    sweep_file.write_text(sweep_file.read_text().replace("margin_pts: 40", "margin_pts: 2"))
+    assert _sweep(sweep_file, tmp_path / "strict", CLEAN, good.url, base.url) == 1
+    summary = json.loads((tmp_path / "strict" / "summary.json").read_text())
+    result = summary["cells"][0]["results"][0]
+    assert result["verdict"] == "INCONCLUSIVE" and "we could not tell" in result["reason"]
+    sweep_file.write_text(sweep_file.read_text() + "  allow_inconclusive: true\n")
+    assert _sweep(sweep_file, tmp_path / "allowed", CLEAN, good.url, base.url) == 0
