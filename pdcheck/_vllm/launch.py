@@ -24,11 +24,11 @@ def _patch_vllm_version_lookup() -> None:
     if getattr(original, "_pdcheck_patched", False):
         return
 
-    def version(name: str) -> str:
+    def version(distribution_name: str) -> str:
         try:
-            return original(name)
+            return original(distribution_name)
         except _metadata.PackageNotFoundError:
-            if name != "vllm":
+            if distribution_name != "vllm":
                 raise
             for dist, suffix in _DISTRIBUTIONS.items():
                 try:
