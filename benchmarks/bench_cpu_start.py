@@ -24,7 +24,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import yaml
+
 from pdcheck.config import expand_cells, parse_sweep
+from pdcheck.config.load import SWEEPS_DIR
 from pdcheck.serving.argv import CPU_SHM_SPIN_SLEEP_US, apply_overrides
 from pdcheck.serving.devices import assign_cpu_binds
 from pdcheck.serving.gpus import read_inventory
@@ -33,25 +36,18 @@ from pdcheck.serving.ports import default_allocator
 from pdcheck.serving.topology import serve_topology
 
 MODES = ("worker-process", "in-engine-core")
-SPEC = {
-    "name": "bench-cpu-start",
-    "models": [
-        {
-            "name": "tiny-llama",
-            "path": "fixture:tiny-llama",
-            "kind": "full-attention",
-            "serve_args": [
-                "--dtype",
-                "float32",
-                "--max-model-len",
-                "2048",
-                "--no-enable-prefix-caching",
-            ],
-        }
-    ],
-    "connector": {"kv_buffer_device": "cpu"},
-    "serving": {"platform": "cpu", "ready_timeout_s": 600},
-}
+
+
+def sweep_spec() -> dict:
+    """cpu-smoke's tiny-Llama model entry (its serve args), one clean cell."""
+    smoke = yaml.safe_load((SWEEPS_DIR / "cpu-smoke.yaml").read_text())
+    (model,) = [m for m in smoke["models"] if m["name"] == "tiny-llama"]
+    return {
+        "name": "bench-cpu-start",
+        "models": [model],
+        "connector": smoke["connector"],
+        "serving": {"platform": "cpu", "ready_timeout_s": 600},
+    }
 
 
 def with_worker_process(server: ServerPlan, bind: str) -> ServerPlan:
@@ -70,7 +66,7 @@ def with_worker_process(server: ServerPlan, bind: str) -> ServerPlan:
 
 
 def plan_for(mode: str, run_dir: Path) -> TopologyPlan:
-    (cell,) = expand_cells(parse_sweep(SPEC))
+    (cell,) = expand_cells(parse_sweep(sweep_spec()))
     plan = plan_topology(
         cell, inventory=read_inventory(), ports=default_allocator(), run_dir=run_dir
     )
