@@ -104,7 +104,7 @@ def main() -> None:
         for mode in MODES if r % 2 == 0 else MODES[::-1]:
             seconds[mode].append(round(time_to_ready(mode), 1))
             print(f"{mode}: ready in {seconds[mode][-1]} s", file=sys.stderr)
-    median = {mode: statistics.median(v) for mode, v in seconds.items()}
+    median = {mode: round(statistics.median(v), 1) for mode, v in seconds.items()}
     print(
         json.dumps(
             {
