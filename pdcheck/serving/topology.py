@@ -95,15 +95,16 @@ def _process(server: ServerPlan) -> ServerProcess:
 
 @contextlib.contextmanager
 def _running(
-    servers: Sequence[ServerPlan], *, timeout_s: float, async_scheduling: bool
+    servers: Sequence[ServerPlan], *, timeout_s: float, async_scheduling: bool, wait: bool = True
 ) -> Iterator[tuple[ServerProcess, ...]]:
     processes = tuple(_process(s) for s in servers)
     with sigterm_unwinds(), contextlib.ExitStack() as stack:
         stack.callback(stop_all, processes)
         for proc in processes:  # all start before any wait: they come up in parallel
             proc.start()
-        wait_all_ready(processes, timeout_s=timeout_s)
-        check_async(servers, requested=async_scheduling)
+        if wait:
+            wait_all_ready(processes, timeout_s=timeout_s)
+            check_async(servers, requested=async_scheduling)
         yield processes
 
 
@@ -125,14 +126,16 @@ def serve_baseline(
 
 @contextlib.contextmanager
 def serve_prefills(
-    plan: TopologyPlan, *, ready_timeout_s: float | None = None
+    plan: TopologyPlan, *, ready_timeout_s: float | None = None, wait: bool = True
 ) -> Iterator[tuple[ServerProcess, ...]]:
     """The prefill servers alone, up until the block ends, for a caller that keeps them across
-    decoder-only changes (pass them to `serve_pd(prefills=...)`)."""
+    decoder-only changes (pass them to `serve_pd(prefills=...)`). `wait=False` returns once they
+    are started, so the decoders start beside them; `serve_pd` then waits for both."""
     with _running(
         plan.prefills,
         timeout_s=ready_timeout_s or plan.ready_timeout_s,
         async_scheduling=plan.async_scheduling,
+        wait=wait,
     ) as procs:
         yield procs
 
@@ -152,15 +155,13 @@ def serve_pd(
     if prefills and [p.url for p in prefills] != [s.url for s in plan.prefills]:
         raise ValueError("serve_pd(prefills=...) must be the running servers of plan.prefills")
     servers = plan.decodes if prefills else (*plan.prefills, *plan.decodes)
-    with (
-        _running(
-            servers,
-            timeout_s=ready_timeout_s or plan.ready_timeout_s,
-            async_scheduling=plan.async_scheduling,
-        ) as procs,
-        _proxied(plan, (*prefills, *procs)) as endpoints,
-    ):
-        yield endpoints
+    timeout_s = ready_timeout_s or plan.ready_timeout_s
+    with _running(servers, timeout_s=timeout_s, async_scheduling=plan.async_scheduling) as procs:
+        if prefills:  # started with serve_prefills(wait=False), or already up
+            wait_all_ready(prefills, timeout_s=timeout_s)
+            check_async(plan.prefills, requested=plan.async_scheduling)
+        with _proxied(plan, (*prefills, *procs)) as endpoints:
+            yield endpoints
 
 
 @contextlib.contextmanager

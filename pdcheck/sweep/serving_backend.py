@@ -160,7 +160,8 @@ class ServingBackend:
     @staticmethod
     def _start_prefills(plan: TopologyPlan, key: tuple[str, tuple[int, ...]] | None) -> _Prefills:
         stack = contextlib.ExitStack()
-        processes = stack.enter_context(serve_prefills(plan))
+        # Not waited for here: the decoders start beside them, and serve_pd waits for both.
+        processes = stack.enter_context(serve_prefills(plan, wait=False))
         return _Prefills(key, plan.prefills, processes, stack)
 
     def _inventory_for(self, cell: Cell, side: str | None, gpus: tuple[int, ...]) -> GpuInventory:
