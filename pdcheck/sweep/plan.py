@@ -133,7 +133,7 @@ def plan_jobs(
             Job("baseline", key, owner, cell_units(owner, "baseline"), shares=tuple(members[1:]))
         )
         # Stable sort: cells keep sweep order within one prefill configuration.
-        first_seen = {}
+        first_seen: dict[str, int] = {}
         for cell in members:
             first_seen.setdefault(prefill_key(cell), len(first_seen))
         for cell in sorted(members, key=lambda c: first_seen[prefill_key(c)]):
