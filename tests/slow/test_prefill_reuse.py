@@ -123,3 +123,28 @@ def test_jobs_ending_together_leave_one_prefiller_held(backend, cell, tmp_path):
     )
     backend.close()
     assert wait_gone(recorded_pids(tmp_path / "pids")) == []
+
+
+def test_a_new_prefiller_and_its_decoder_start_together(backend, cell, tmp_path, monkeypatch):
+    """No server is waited for before the decoder has started: a CPU start is mostly one
+    process importing vLLM, so a prefiller started alone leaves the second core idle."""
+    from pdcheck.serving import process, topology
+
+    started: list[str] = []
+    started_at_first_wait: list[str] = []
+    real_start, real_wait = process.ServerProcess.start, topology.wait_all_ready
+
+    def start(self):
+        started.append(self.name)
+        return real_start(self)
+
+    def wait_all_ready(servers, *, timeout_s):
+        if not started_at_first_wait:
+            started_at_first_wait.extend(started)
+        return real_wait(servers, timeout_s=timeout_s)
+
+    monkeypatch.setattr(process.ServerProcess, "start", start)
+    monkeypatch.setattr(topology, "wait_all_ready", wait_all_ready)
+    with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key="k") as endpoints:
+        assert _ask(endpoints.url("pd")).startswith("stub ")
+    assert sorted(started_at_first_wait) == ["decode-0", "prefill-0"]

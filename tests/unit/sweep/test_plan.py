@@ -103,8 +103,15 @@ def test_pack_on_eight_gpus_runs_two_p2d2_topologies_at_once():
     assert [len(w) for w in waves] == [2, 2]
 
 
-def test_pack_on_cpu_is_one_job_at_a_time():
-    """No GPUs: every job is its own wave with no devices."""
-    jobs = plan_jobs(_cells())
+def test_pack_on_cpu_starts_each_baseline_beside_its_first_clean_pd_job():
+    """No GPUs: no devices; a baseline and the PD job after it share a wave (the second core is
+    idle during a lone start), a canary's PD job runs alone (it stops early against its baseline)."""
+    jobs = plan_jobs(_cells(arms=["fixes-on", "inject-zero"]))
     waves = pack(jobs, gpu_indices=[])
-    assert all(len(w) == 1 and w[0].gpus == () for w in waves)
+    assert all(p.gpus == () for w in waves for p in w)
+    assert [[(p.job.side, p.job.cell.arm.name) for p in w] for w in waves] == [
+        [("baseline", "fixes-on"), ("pd", "fixes-on")],
+        [("pd", "inject-zero")],
+    ] * 2
+    canary_first = plan_jobs(_cells(arms=["inject-zero"]))
+    assert [len(w) for w in pack(canary_first, gpu_indices=[])] == [1, 1, 1, 1]

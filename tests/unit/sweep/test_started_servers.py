@@ -75,10 +75,11 @@ class LiveCheck:
     def __call__(self, event) -> None:
         if event.kind != "record":
             return
-        started = json.loads(self.cell_json.read_text())["servers"][-1]
-        roles = "+".join(s["role"] for s in started["servers"])
-        if roles not in self.problems:
-            self.problems[roles] = [p for s in started["servers"] for p in check_live(s)]
+        # On CPU a cell's baseline and PD topologies may be up at once: check each when first seen.
+        for started in json.loads(self.cell_json.read_text())["servers"]:
+            roles = "+".join(s["role"] for s in started["servers"])
+            if roles not in self.problems:
+                self.problems[roles] = [p for s in started["servers"] for p in check_live(s)]
 
 
 @pytest.fixture
