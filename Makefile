@@ -25,8 +25,8 @@ check: setup
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 
-# Every tier, as CI runs it (tests/README.md lists the tiers and what each costs).
-test: fixtures
+# The gate, then every tier, as CI runs it (tests/README.md lists the tiers and what each costs).
+test: check fixtures
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
 
 # The edit loop: the unit tier only (no vLLM, no model builds, no child processes), under a minute on 2 cores.
