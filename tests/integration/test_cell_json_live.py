@@ -14,8 +14,9 @@ from pdcheck.config.schema import SweepSpec
 from pdcheck.serving import TopologyRecord
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.sweep.engine import Engine
+from pdcheck.sweep.schema import SweepInfo
 from pdcheck.sweep.serving_backend import ServingBackend
-from pdcheck.sweep.store import Provenance, RunStore
+from pdcheck.sweep.store import Provenance, create_run
 from tests.integration.conftest import MODELS, READY_TIMEOUT_S, SERVE_ARGS
 from tests.unit.sweep.test_started_servers import LiveCheck
 
@@ -38,8 +39,11 @@ def test_cell_json_names_the_live_vllm_processes(tmp_path):
         "serving": {"platform": "cpu", "ready_timeout_s": READY_TIMEOUT_S},
     }
     cell = expand_cells(SweepSpec.model_validate(spec))[0]
-    store = RunStore.create(
-        tmp_path / "run", provenance=Provenance(), sweep={"name": "cell-json"}, environment={}
+    store = create_run(
+        tmp_path / "run",
+        provenance=Provenance(),
+        sweep=SweepInfo(name="cell-json", file="cell-json.yaml", sha256="x"),
+        environment={},
     )
     cell_json = store.root / "cells" / cell.dirname / "cell.json"
     live = LiveCheck(cell_json)
@@ -47,10 +51,13 @@ def test_cell_json_names_the_live_vllm_processes(tmp_path):
     Engine([cell], store=store, backend=backend, on_event=live).execute()
     assert live.problems == {"baseline": [], "prefill+decode": []}
     records = msgspec.convert(json.loads(cell_json.read_text())["servers"], list[TopologyRecord])
-    baseline, pd = records
-    assert baseline.proxy_url is None and pd.proxy_url is not None
+    # On CPU the baseline and the PD topology start together, so either may be recorded first.
+    (baseline,) = [r for r in records if r.proxy_url is None]
+    (pd,) = [r for r in records if r.proxy_url is not None]
+    assert [s.name for s in baseline.servers] == ["baseline-0"]
     assert [s.name for s in pd.servers] == ["prefill-0", "decode-0"]
     assert all(
         s.argv[s.argv.index("--port") + 1] == str(s.ports.http) for r in records for s in r.servers
     )
-    assert pd.servers[1].env["VLLM_CPU_OMP_THREADS_BIND"] == "1", "the decoder on the upper core"
+    decoder = pd.servers[1]
+    assert decoder.cpu_bind == "1" and decoder.env["OMP_NUM_THREADS"] == "1", "one core a server"

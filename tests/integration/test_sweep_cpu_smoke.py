@@ -111,8 +111,9 @@ def test_granite_inject_zero_canary_is_flagged(tmp_path):
     out = _sweep(tmp_path, "tiny-granite", arms=("inject-zero",), concurrency=(8,))
     (cell,) = load_run(out).cells
     entry = cell.verdicts[8]
-    assert entry.name == "REGRESSION", entry.reason
-    assert entry.injection["n_injected"] > 0 and entry.verdict["kv_transferred_tokens"] > 0
+    assert entry.verdict.verdict == "REGRESSION", entry.verdict.reason
+    assert entry.injection and entry.injection.n_injected > 0
+    assert entry.verdict.kv_transferred_tokens and entry.verdict.kv_transferred_tokens > 0
 
 
 @pytest.mark.servers
@@ -124,12 +125,14 @@ def test_stale_injection_reaches_the_gdn_state_and_flips_only_injected_questions
     out = _sweep(tmp_path, GDN_MODEL, arms=("inject-stale",), concurrency=(8,))
     (cell,) = load_run(out).cells
     entry = cell.verdicts[8]
-    assert entry.name == "REGRESSION", entry.reason
-    assert entry.injection["precision"] == 1.0 and entry.injection["recall"] >= 0.8, entry.injection
+    assert entry.verdict.verdict == "REGRESSION", entry.verdict.reason
+    injection = entry.injection
+    assert injection and injection.precision == 1.0, injection
+    assert injection.recall is not None and injection.recall >= 0.8, injection
     (log,) = (out / "cells").glob("*/plugin/decode-0/injections.jsonl")
     records = [json.loads(line) for line in log.read_text().splitlines()]
     questions = [r for r in records if not r["x_request_id"].endswith("-preflight")]
-    assert len(questions) == entry.injection["n_injected"]
+    assert len(questions) == injection.n_injected
     for record in records:
         state_blocks = [blocks for blocks in record["blocks"] if len(blocks) == 1]
         assert len(record["blocks"]) == GDN_STATE_GROUPS + 1, record
