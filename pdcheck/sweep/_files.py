@@ -6,9 +6,10 @@ import json
 import os
 import tempfile
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -36,7 +37,13 @@ def write_file(path: Path, data: Stamped) -> None:
     write_text_atomic(path, to_json(data) + "\n")
 
 
-def read_file(path: Path, kind: type[StampedT]) -> StampedT | None:
+# What an older schema version wrote, brought to the current shape: (version, data) -> data.
+Upgrade = Callable[[int, dict[str, Any]], dict[str, Any]]
+
+
+def read_file(
+    path: Path, kind: type[StampedT], *, upgrade: Upgrade | None = None
+) -> StampedT | None:
     """Read `path` as `kind`, or None if it does not exist.
 
     Raises ResultsFileError, naming the file, when it is not JSON, was written by an unsupported
@@ -56,10 +63,8 @@ def read_file(path: Path, kind: type[StampedT]) -> StampedT | None:
             "(a folder written by a newer pdcheck needs that pdcheck)",
             path=path,
         )
-    if version == 1 and isinstance(data.get("servers"), dict):
-        # Version 1's cell.json held the servers planned again after the run, not the ones that
-        # ran (issue 19); they are dropped rather than shown as what ran.
-        data = {k: v for k, v in data.items() if k != "servers"}
+    if upgrade is not None:
+        data = upgrade(version, data)
     try:
         return from_json(data, kind)
     except msgspec.ValidationError as exc:

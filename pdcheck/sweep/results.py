@@ -7,13 +7,11 @@ ResultsFileError naming it.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from pydantic import ValidationError
 
 from pdcheck.analysis.sequential import EarlyStop
@@ -166,19 +164,25 @@ class RunResults:
 
 
 def _load_unit(path: Path, side: Side, concurrency: int, repeat: int) -> UnitResult:
-    unit = read_file(path / "summary.json", UnitFile)
+    unit = read_file(path / "summary.json", UnitFile, upgrade=_v1_unit)
     failure = read_file(path / "failure.json", FailureFile)
-    if unit is not None and unit.early_stop is None and unit.schema_version == 1:
-        unit = _v1_early_stop(path / "summary.json", unit)
     return UnitResult(side, concurrency, repeat, path, unit, failure)
 
 
-def _v1_early_stop(path: Path, unit: UnitFile) -> UnitFile:
+def _v1_unit(version: int, data: dict[str, Any]) -> dict[str, Any]:
     """Version 1 kept an early stop's evidence inside the eval summary."""
-    stop = json.loads(path.read_text(encoding="utf-8"))["summary"].get("early_stop")
-    if stop is None:
-        return unit
-    return msgspec.structs.replace(unit, early_stop=msgspec.convert(stop, EarlyStop))
+    stop = (data.get("summary") or {}).get("early_stop")
+    if version != 1 or data.get("early_stop") is not None or stop is None:
+        return data
+    return {**data, "early_stop": stop}
+
+
+def _v1_cell(version: int, data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1's cell.json held the servers planned again after the run, not the ones that
+    ran (issue 19); they are dropped rather than shown as what ran."""
+    if version != 1:
+        return data
+    return {k: v for k, v in data.items() if k != "servers"}
 
 
 def _int_suffix(name: str, prefix: str) -> int | None:
@@ -187,7 +191,7 @@ def _int_suffix(name: str, prefix: str) -> int | None:
 
 
 def read_cell_file(path: Path) -> CellFile | None:
-    return read_file(path / "cell.json", CellFile)
+    return read_file(path / "cell.json", CellFile, upgrade=_v1_cell)
 
 
 def load_cell(path: Path) -> CellResult:

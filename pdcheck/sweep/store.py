@@ -51,6 +51,7 @@ from pdcheck.sweep.results import (
     donors,
     load_cell,
     load_run,
+    read_cell_file,
     read_run_file,
 )
 from pdcheck.sweep.schema import (
@@ -117,7 +118,7 @@ class CellStore:
         canary: bool,
     ) -> None:
         """cell.json; the servers recorded by an earlier run of this folder are kept."""
-        previous = read_file(self.dir / "cell.json", CellFile)
+        previous = read_cell_file(self.dir)
         write_file(
             self.dir / "cell.json",
             CellFile(
@@ -137,7 +138,7 @@ class CellStore:
 
         Callers serialise calls for one cell (a cell's baseline and PD jobs may run at once).
         """
-        meta = read_file(self.dir / "cell.json", CellFile)
+        meta = read_cell_file(self.dir)
         if meta is None:
             raise FileNotFoundError(
                 f"{self.dir / 'cell.json'}: servers started before the cell was recorded"
