@@ -16,6 +16,11 @@ gets one line in `injections.jsonl`, which the analysis matches against the flag
 Several vLLM processes (and TP ranks) write into one folder at once: markers are written to a
 temporary name and renamed, and each log line is one `write()` on an O_APPEND descriptor, so
 lines never interleave.
+
+A process forked from one the plugin activated in (vLLM forks its EngineCore and workers on
+CUDA, and pdcheck forks the EngineCore on CPU at TP 1) inherits the patches but never runs
+`register()`: vLLM's `plugins_loaded` flag is inherited too. So the marker follows forks: the
+child writes a marker of its own at once, with the switches it inherited and `forked_from`.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ SCHEDULER_BUILT = "scheduler-built"
 KV_LOAD_HOOK_WITH_KV_CACHES = "kv-load-hook-with-kv-caches"
 
 _marker_lock = threading.Lock()
+# What a forked child's own marker starts from: this process's folder and activation.
+_activation: tuple[Path, dict] | None = None
 
 
 def write_activation_marker(
@@ -56,16 +63,30 @@ def write_activation_marker(
     switches: Sequence[str],
     fixes_present: dict[str, bool] | None,
 ) -> Path:
-    """Write `activation-<pid>.json` atomically and return its path."""
-    plugin_dir.mkdir(parents=True, exist_ok=True)
-    pid = os.getpid()
+    """Write `activation-<pid>.json` atomically and return its path; forked children get their own."""
+    global _activation
     marker = {
         "schema_version": SCHEMA_VERSION,
-        "pid": pid,
-        "process_name": multiprocessing.current_process().name,  # for people reading it; never trusted
         "vllm_version": vllm_version,
         "switches": list(switches),
         "fixes_present": fixes_present,
+    }
+    path = _write_new_marker(plugin_dir, marker)
+    if _activation is None:
+        os.register_at_fork(after_in_child=_marker_for_forked_child)
+    _activation = (plugin_dir, marker)
+    return path
+
+
+def _write_new_marker(plugin_dir: Path, activation: dict, **facts: object) -> Path:
+    plugin_dir.mkdir(parents=True, exist_ok=True)
+    marker = {
+        **activation,
+        "pid": os.getpid(),
+        # For people reading it, never trusted; a record refreshes it (a forked child is named
+        # by multiprocessing only after the fork).
+        "process_name": multiprocessing.current_process().name,
+        **facts,
         "did": [],
         "t": time.time(),
     }
@@ -75,6 +96,16 @@ def write_activation_marker(
     return path
 
 
+def _marker_for_forked_child() -> None:
+    global _marker_lock
+    # Another thread of the parent may have held the lock at the fork; the child's copy would
+    # then stay locked.
+    _marker_lock = threading.Lock()
+    if _activation is not None:
+        plugin_dir, activation = _activation
+        _write_new_marker(plugin_dir, activation, forked_from=os.getppid())
+
+
 def record_in_marker(plugin_dir: Path, did: str, **facts: object) -> None:
     """Add `did` (and `facts`, e.g. the resolved async_scheduling) to this process's marker."""
     path = _marker_path(plugin_dir)
@@ -82,7 +113,7 @@ def record_in_marker(plugin_dir: Path, did: str, **facts: object) -> None:
         marker = json.loads(path.read_text())
         if did not in marker["did"]:
             marker["did"].append(did)
-        marker.update(facts)
+        marker.update(facts, process_name=multiprocessing.current_process().name)
         _write(path, marker)
 
 

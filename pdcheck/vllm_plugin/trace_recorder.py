@@ -19,6 +19,7 @@ import atexit
 import collections
 import contextlib
 import logging
+import multiprocessing.util
 import os
 import threading
 import time
@@ -226,5 +227,13 @@ def install_from_env(environ: Mapping[str, str]) -> bool:
         _installed = contextlib.ExitStack()
         recorder = _installed.enter_context(recording(directory))
         atexit.register(recorder.close)
+        # A process multiprocessing forks from this one (vLLM's EngineCore on CUDA, and on CPU at
+        # TP 1) ends with os._exit, which skips atexit: close it with multiprocessing's own exit
+        # hooks, registered in the child (the fork clears the parent's).
+        multiprocessing.util.register_after_fork(recorder, _close_at_exit)
         logger.info("pdcheck: recording scheduler traces to %s", directory)
     return True
+
+
+def _close_at_exit(recorder: TraceRecorder) -> None:
+    multiprocessing.util.Finalize(recorder, recorder.close, exitpriority=0)

@@ -4,7 +4,8 @@ Every value is computed by the build's own config code on its CUDA platform (the
 plugin answers the GPU queries for eight A100s), never written down here:
 - the executor vLLM picks at TP 1 and TP 2, and the process that then hosts the worker;
 - the SSM conv-state layout a hybrid model gets when nothing sets it;
-- whether async scheduling is on by default.
+- whether async scheduling is on by default;
+- how `vllm serve`'s API server starts its EngineCore (the multiprocessing start method).
 No KV connector is configured: on the CUDA platform, importing NIXL's connector reaches the
 quantization utils, which query the CUTLASS kernels at import time (see probe_names.py).
 """
@@ -67,6 +68,14 @@ def conv_state_layout() -> str:
     return get_conv_state_layout()
 
 
+def engine_core_start_method() -> str:
+    """The method of `get_mp_context()`, which starts the EngineCore, once the platform's config hook ran."""
+    from vllm.utils.system_utils import get_mp_context
+
+    _config("attention")  # the platform's check_and_update_config runs here, as in a server
+    return get_mp_context().get_start_method()
+
+
 def main() -> None:
     import vllm
     from pdcheck_contract_platform import PLACEHOLDERS
@@ -79,6 +88,7 @@ def main() -> None:
         "executor": {str(tp): executor(tp) for tp in (1, 2)},
         "ssm_conv_state_layout": conv_state_layout(),
         "async_scheduling_default": bool(_config("attention").scheduler_config.async_scheduling),
+        "engine_core_start_method": engine_core_start_method(),
         "placeholder_extensions": PLACEHOLDERS,
     }
     print("PDCHECK-CONTRACT " + json.dumps(result))

@@ -149,7 +149,8 @@ def test_race_harness_runs_clean_on_the_builds_scheduler(build: Build, tmp_path)
 
 
 def test_gpu_decisions_pdcheck_relies_on(gpu_decisions: dict, build: Build):
-    """The build's config code on its CUDA platform: worker hosts at TP 1 and 2, SD layout default, async on by default."""
+    """The build's config code on its CUDA platform: worker hosts at TP 1 and 2, SD layout default,
+    async on by default, the EngineCore forked."""
     assert (gpu_decisions["vllm_version"], gpu_decisions["device_type"]) == (build.version, "cuda")
     tp1, tp2 = gpu_decisions["executor"]["1"], gpu_decisions["executor"]["2"]
     # TP 1: the worker runs inside the EngineCore process (issue 16 item 1: roles are not told apart by process name).
@@ -166,6 +167,9 @@ def test_gpu_decisions_pdcheck_relies_on(gpu_decisions: dict, build: Build):
     assert tp1["worker_cls"] == tp2["worker_cls"] == "vllm.v1.worker.gpu_worker.Worker"
     assert gpu_decisions["ssm_conv_state_layout"] == "SD"
     assert gpu_decisions["async_scheduling_default"] is True
+    # The EngineCore is forked from the API server, so it inherits the plugin's patches without
+    # running register(): the plugin's marker and trace recorder follow forks for it.
+    assert gpu_decisions["engine_core_start_method"] == "fork"
 
 
 def test_platform_placeholders_stand_in_only_for_compiled_extensions(gpu_decisions: dict):

@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import subprocess
+import sys
+import textwrap
 
+import pytest
+
+from pdcheck.vllm_plugin import marker as marker_module
 from pdcheck.vllm_plugin.marker import (
     KV_LOAD_HOOK_WITH_KV_CACHES,
     SCHEDULER_BUILT,
@@ -14,6 +20,12 @@ from pdcheck.vllm_plugin.marker import (
     record_in_marker,
     write_activation_marker,
 )
+
+
+@pytest.fixture(autouse=True)
+def _forget_the_activation(monkeypatch):
+    """A marker written here would otherwise follow every later fork of this test process."""
+    monkeypatch.setattr(marker_module, "_activation", None)
 
 
 def test_activation_marker_has_the_contract_fields(tmp_path):
@@ -46,6 +58,51 @@ def test_the_marker_records_what_its_process_did(tmp_path):
     assert marker["did"] == [SCHEDULER_BUILT, KV_LOAD_HOOK_WITH_KV_CACHES]
     assert (marker["async_scheduling"], marker["tp_rank"]) == (False, 0)
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+_FORKING_PROCESS = textwrap.dedent(
+    """
+    import multiprocessing, os, sys
+    from pathlib import Path
+    from pdcheck.vllm_plugin.marker import SCHEDULER_BUILT, record_in_marker, write_activation_marker
+
+    plugin_dir = Path(sys.argv[1])
+
+    def engine_core():
+        record_in_marker(plugin_dir, SCHEDULER_BUILT, async_scheduling=True)
+
+    write_activation_marker(
+        plugin_dir, vllm_version="0.32.0", switches=["disable-fix=zeroing"], fixes_present=None
+    )
+    child = multiprocessing.get_context("fork").Process(target=engine_core, name="EngineCore")
+    child.start()
+    child.join(60)
+    print(os.getpid(), child.pid, child.exitcode)
+    """
+)
+
+
+def test_a_forked_child_writes_its_own_marker_with_the_inherited_switches(tmp_path):
+    """vLLM forks its EngineCore on CUDA (pdcheck does on CPU at TP 1): the child inherits the
+    patches but never runs register(), so without a marker of its own it could record nothing."""
+    out = subprocess.run(
+        [sys.executable, "-c", _FORKING_PROCESS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    parent_pid, child_pid, exitcode = map(int, out.stdout.split())
+    assert exitcode == 0
+    markers = {
+        m["pid"]: m for m in (json.loads(p.read_text()) for p in tmp_path.glob("activation-*.json"))
+    }
+    assert set(markers) == {parent_pid, child_pid}
+    parent, child = markers[parent_pid], markers[child_pid]
+    assert parent["did"] == [] and "forked_from" not in parent
+    assert child["forked_from"] == parent_pid and child["switches"] == ["disable-fix=zeroing"]
+    assert (child["did"], child["async_scheduling"]) == ([SCHEDULER_BUILT], True)
+    assert child["process_name"] == "EngineCore"  # named by multiprocessing after the fork
 
 
 def test_serving_reads_the_event_names_the_plugin_writes():

@@ -214,3 +214,54 @@ def test_hook_records_are_copies_the_worker_cannot_change():
         ("x",),
         (),
     )
+
+
+_FORKED_SCHEDULER = """
+import contextlib, multiprocessing, sys
+from types import SimpleNamespace
+from pdcheck._vllm.records import FreeRecord
+from pdcheck.vllm_plugin import trace_recorder
+
+recorders = []
+
+@contextlib.contextmanager
+def recording(directory):  # the real recorder, without vLLM's hooks: the child calls it directly
+    recorders.append(trace_recorder.TraceRecorder(directory))
+    yield recorders[-1]
+
+trace_recorder.recording = recording
+trace_recorder.install_from_env({"PDCHECK_TRACE_DIR": sys.argv[1]})
+
+def engine_core():
+    (recorder,) = recorders
+    recorder.on_start([SimpleNamespace(kind="attention", block_size=16)], True, True)
+    for i in range(500):
+        recorder.on_free(FreeRecord(f"r{i}", False, i))
+
+child = multiprocessing.get_context("fork").Process(target=engine_core)
+child.start()
+child.join(60)
+print(child.pid, child.exitcode)
+"""
+
+
+def test_a_forked_scheduler_process_writes_its_whole_trace(tmp_path):
+    """vLLM's forked EngineCore ends with os._exit, which skips atexit: its queued events still reach the file."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _FORKED_SCHEDULER, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    child_pid, exitcode = map(int, out.stdout.split())
+    assert exitcode == 0
+    assert len(read_trace_dir(str(tmp_path))) == 1
+    events = [
+        json.loads(line)
+        for line in (tmp_path / f"trace-{child_pid}.jsonl").read_text().splitlines()
+    ]
+    assert [e["e"] for e in events] == ["start"] + ["free"] * 500
