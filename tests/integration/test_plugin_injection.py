@@ -119,7 +119,8 @@ def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
     # At TP 1 the model runs inside the EngineCore (issue 20): no worker process.
     assert sorted(decode) == ["EngineCore", "MainProcess"], f"decode markers: {decode}"
     # Every CPU server also backs off its idle steps (issue 20), the injection only on the decoder.
-    cpu_switches = ["nixl-pthr-delay-us=1000", "idle-backoff-ms=16"]
+    # and forks its EngineCore, as vLLM does on CUDA.
+    cpu_switches = ["nixl-pthr-delay-us=1000", "idle-backoff-ms=16", "engine-core-start=fork"]
     for name, switches in decode.items():
         assert switches == [*cpu_switches, f"inject=zero-loaded-kv:0.5:seed={seed}"], name
     assert prefill and all(s == cpu_switches for s in prefill.values()), (

@@ -97,16 +97,24 @@ def _server_urls(ep) -> dict[str, str]:
     return {s.name: s.url for s in ep.started.servers}
 
 
-def test_every_cpu_server_runs_its_model_in_the_engine_core_and_waits_instead_of_spinning(pd):
+def test_every_cpu_server_forks_an_engine_core_that_runs_its_model_and_waits_instead_of_spinning(
+    pd,
+):
     """Every TP 1 server (baseline too) runs its model inside its EngineCore, with no worker
-    process (one Python process fewer to start), and its EngineCore backs off its idle steps."""
+    process, and forks that EngineCore from its API server as vLLM does on CUDA (no second
+    import of vLLM and torch); the EngineCore backs off its idle steps."""
     key, ep = pd
     for name, log_path in ep.log_paths.items():
         plugin_dir = Path(log_path).parent.parent / "plugin" / name
         markers = [json.loads(p.read_text()) for p in plugin_dir.glob("activation-*.json")]
-        processes = sorted(str(m.get("process_name")) for m in markers)
-        assert processes == ["EngineCore", "MainProcess"], f"{key} {name}: {processes}"
+        by_name = {str(m.get("process_name")): m for m in markers}
+        assert sorted(by_name) == ["EngineCore", "MainProcess"], f"{key} {name}: {markers}"
+        api_server, engine_core = by_name["MainProcess"], by_name["EngineCore"]
+        assert engine_core.get("forked_from") == api_server["pid"], f"{key} {name}: {markers}"
+        assert "scheduler-built" in engine_core["did"], f"{key} {name}: {engine_core}"
         for marker in markers:
-            assert "idle-backoff-ms=16" in marker["switches"], f"{key} {name}: {marker}"
+            assert {"idle-backoff-ms=16", "engine-core-start=fork"} <= set(marker["switches"]), (
+                f"{key} {name}: {marker}"
+            )
             # Without a worker process there are no shared-memory queues to spin on.
             assert not any(s.startswith("shm-spin-sleep-us") for s in marker["switches"]), marker

