@@ -126,6 +126,7 @@ def main() -> None:
         start = time.monotonic()
         with serve_topology(plan) as endpoints:
             start_s = time.monotonic() - start
+            assert endpoints.baseline_url and endpoints.pd_url  # the plan has both
             print(f"topology up in {start_s:.1f} s", file=sys.stderr)
             s_per_q: dict[str, dict[int, float]] = {"baseline": {}, "pd": {}}
             for c in CONCURRENCY:
@@ -148,6 +149,7 @@ def main() -> None:
                         raise SystemExit(
                             f"{side} c{c}: {summary.n_ok}/{args.questions} questions answered"
                         )
+                    assert summary.wall_s is not None  # pdcheck's own runner times its run
                     s_per_q[side][c] = summary.wall_s / summary.n
                     print(
                         f"{side:8s} c{c}: {s_per_q[side][c]:.3f} s/question "

@@ -64,6 +64,7 @@ def start_fake_server() -> tuple[subprocess.Popen, str]:
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None  # stdout=PIPE
     port = proc.stdout.readline().strip()
     return proc, f"http://127.0.0.1:{port}"
 
@@ -255,6 +256,7 @@ def main() -> int:
         memory = json.loads(mem_out.stdout.strip().splitlines()[-1])
         lmeval = None if args.skip_lmeval else time_lmeval(url, task, settings, args.concurrency)
     finally:
+        assert server.stdin is not None  # stdin=PIPE
         server.stdin.close()
         server.terminate()
         server.wait(10)

@@ -34,7 +34,9 @@ def _fake_backend(port: int) -> None:
 
     async def completions(request: web.Request) -> web.Response:
         body = await request.json()
-        answer = {"choices": [{"index": 0, "text": " 42", "finish_reason": "length"}]}
+        answer: dict[str, object] = {
+            "choices": [{"index": 0, "text": " 42", "finish_reason": "length"}]
+        }
         if (body.get("kv_transfer_params") or {}).get("do_remote_decode"):
             answer["kv_transfer_params"] = {"remote_engine_id": "bench", "remote_block_ids": [1]}
         return web.json_response(answer)
@@ -101,11 +103,11 @@ async def _measure(
     async with aiohttp.ClientSession(connector=connector) as session:
         await _latencies(session, direct, 50)  # warm up connections on both paths
         await _latencies(session, proxied, 50)
-        lat = {"direct": [], "proxy": []}
+        lat: dict[str, list[float]] = {"direct": [], "proxy": []}
         for _ in range(rounds):
             lat["direct"] += await _latencies(session, direct, requests // rounds)
             lat["proxy"] += await _latencies(session, proxied, requests // rounds)
-        tput = {"direct": [], "proxy": []}
+        tput: dict[str, list[float]] = {"direct": [], "proxy": []}
         for _ in range(3):
             tput["direct"].append(await _throughput(session, direct, 2000, concurrency))
             tput["proxy"].append(await _throughput(session, proxied, 2000, concurrency))
