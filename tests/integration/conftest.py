@@ -85,6 +85,26 @@ class _OneTopologyAtATime:
         self.key = self.endpoints = None
 
 
+def _shared_topology(item: pytest.Item) -> str | None:
+    """The shared topology a test uses: a `llama_pd`/`granite_pd` fixture or a `pd` parameter."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("pd") in MODELS:
+        return str(callspec.params["pd"])
+    return next((key for key in MODELS if f"{key}_pd" in getattr(item, "fixturenames", ())), None)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Server tests on the same shared topology run one after another, before the tests that
+    start their own servers: every model's topology then starts once per session, where a test
+    in between that stops it (see `_servers_one_set_at_a_time`) would cost a restart (a minute).
+    Only the server tests' slots are reordered, the same way on every xdist worker."""
+    slots = [i for i, item in enumerate(items) if "servers" in item.keywords]
+    order = [*MODELS, None]
+    ranked = sorted((items[i] for i in slots), key=lambda it: order.index(_shared_topology(it)))
+    for i, item in zip(slots, ranked, strict=True):
+        items[i] = item
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
