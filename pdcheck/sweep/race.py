@@ -36,26 +36,61 @@ def race_argv(settings: RaceSettings, *, python: str, json_path: Path) -> list[s
     return [*argv, "--json", str(json_path)]
 
 
+class RaceRun:
+    """The harness in the background: started before the sweep's first server, so on a machine
+    with a core to spare (and on a 2-core one while evals wait on servers) it costs the sweep
+    little of its own run time; `outcome()` waits for it. A context manager: leaving the block
+    early (an error, Ctrl-C) stops a harness that is still running."""
+
+    def __init__(
+        self, settings: RaceSettings, *, python: str, out_dir: Path, timeout_s: float = 1800.0
+    ) -> None:
+        self.json_path = out_dir / "race.json"
+        self.log_path = out_dir / "race.log"
+        self.argv = race_argv(settings, python=python, json_path=self.json_path)
+        self.timeout_s = timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._started = 0.0
+
+    def __enter__(self) -> RaceRun:
+        with open(self.log_path, "w", encoding="utf-8") as log:
+            self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+        self._started = time.monotonic()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def outcome(self) -> RaceOutcome:
+        """Wait for the harness (up to its timeout from the start); its verdict and evidence."""
+        assert self._proc is not None, "outcome() outside the with block"
+        try:
+            code: int | None = self._proc.wait(
+                max(0.0, self.timeout_s - (time.monotonic() - self._started))
+            )
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+            code = None
+        return _outcome(self, code, duration_s=time.monotonic() - self._started)
+
+
 def run_race_subprocess(
     settings: RaceSettings, *, python: str, out_dir: Path, timeout_s: float = 1800.0
 ) -> RaceOutcome:
     """The harness's outcome as the race summary: status pass/fail/infra, reason, exit code, its JSON."""
-    json_path = out_dir / "race.json"
-    log_path = out_dir / "race.log"
-    argv = race_argv(settings, python=python, json_path=json_path)
-    start = time.monotonic()
-    try:
-        with open(log_path, "w", encoding="utf-8") as log:
-            proc = subprocess.run(
-                argv, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
-            )
-        code: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        code = None
+    with RaceRun(settings, python=python, out_dir=out_dir, timeout_s=timeout_s) as race:
+        return race.outcome()
+
+
+def _outcome(race: RaceRun, code: int | None, *, duration_s: float) -> RaceOutcome:
+    json_path, log_path = race.json_path, race.log_path
     result = json.loads(json_path.read_text()) if json_path.is_file() else None
     status = _STATUS.get(code, Status.INFRA) if code is not None else Status.INFRA
     if code is None:
-        reason = f"the harness did not finish within {timeout_s:g} s (log: {log_path})"
+        reason = f"the harness did not finish within {race.timeout_s:g} s (log: {log_path})"
     elif status is Status.PASS:
         reason = "no findings"
     elif status is Status.FAIL:
@@ -71,8 +106,8 @@ def run_race_subprocess(
         status=status,
         reason=reason,
         exit_code=code,
-        argv=tuple(argv),
-        duration_s=round(time.monotonic() - start, 2),
+        argv=tuple(race.argv),
+        duration_s=round(duration_s, 2),
         result=result,
     )
 

@@ -6,6 +6,7 @@ checked here before anything starts or is written.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -32,6 +33,7 @@ from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
 from pdcheck.sweep.events import EventSink
 from pdcheck.sweep.finish import RenderReport
 from pdcheck.sweep.judging import clean_tests
+from pdcheck.sweep.race import RaceRun
 from pdcheck.sweep.results import read_run_file
 from pdcheck.sweep.schema import Selection, SweepInfo
 from pdcheck.sweep.store import Provenance, RunStore, create_run
@@ -206,22 +208,27 @@ def run_sweep(
     engine = Engine(
         prepared.cells, store=store, backend=backend, options=options, on_event=on_event
     )
-    # The harness runs once per sweep: in an unsharded run or in shard 1.
-    race = prepared.spec.race
-    run_race = race is not None and request.attach is None and (shard is None or shard[0] == 1)
-    return engine.run(
-        before_finish=functools.partial(_race, race, store, engine) if race and run_race else None,
-        render_report=render_report,
-    )
+    # The harness runs once per sweep: in an unsharded run or in shard 1, beside the servers.
+    settings = prepared.spec.race
+    run_race = request.attach is None and (shard is None or shard[0] == 1)
+    harness = _race_harness(settings, store) if settings is not None and run_race else None
+    with harness or contextlib.nullcontext():
+        return engine.run(
+            before_finish=functools.partial(_race, harness, store, engine) if harness else None,
+            render_report=render_report,
+        )
 
 
-def _race(settings: RaceSettings, store: RunStore, engine: Engine) -> None:
-    from pdcheck.sweep.race import run_race_subprocess
-
+def _race_harness(settings: RaceSettings, store: RunStore) -> RaceRun | None:
+    """The harness to start, unless a resumed run already has its verdict."""
     if store.root.joinpath("race", "summary.json").is_file():
-        return  # resumed run: the harness already ran
+        return None
+    return RaceRun(settings, python=sys.executable, out_dir=store.race_dir)
+
+
+def _race(harness: RaceRun, store: RunStore, engine: Engine) -> None:
     engine.progress.phase = "race harness"
     engine.progress.emit("phase", "race harness")
-    race = run_race_subprocess(settings, python=sys.executable, out_dir=store.race_dir)
+    race = harness.outcome()
     store.write_race_summary(race)
     engine.progress.emit("race", f"race harness: {race.status} ({race.reason})")
