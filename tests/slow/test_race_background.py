@@ -53,6 +53,17 @@ def test_the_harness_runs_while_the_sweep_goes_on(tmp_path):
     assert (outcome.status, outcome.exit_code, outcome.result) == (Status.PASS, 0, {"variants": []})
 
 
+def test_the_harness_yields_the_cpu_to_the_servers(tmp_path):
+    """It runs niced, so it takes only the CPU the servers' starts and evals leave idle."""
+    pid_file = tmp_path / "pid"
+    python = _stand_in(tmp_path, f"echo $$ > {pid_file}\nexec sleep 600\n")
+    with RaceRun(RaceSettings(), python=python, out_dir=tmp_path):
+        pid = int(_wait_for(pid_file))
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(
+            19, os.getpriority(os.PRIO_PROCESS, 0) + 10
+        )
+
+
 def test_leaving_the_sweep_early_stops_the_harness(tmp_path):
     pid_file = tmp_path / "pid"
     python = _stand_in(tmp_path, f"echo $$ > {pid_file}\nexec sleep 600\n")
