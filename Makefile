@@ -26,8 +26,9 @@ check: setup
 	$(BIN)/mypy
 
 # The gate, then every tier, as CI runs it (tests/README.md lists the tiers and what each costs).
+# The slowest tests are listed at the end: CI's time budget is spent there.
 test: check fixtures
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 tests
 
 # The edit loop: the unit tier only (no vLLM, no model builds, no child processes), under a minute on 2 cores.
 test-fast: setup
