@@ -112,7 +112,8 @@ def test_cell_json_names_the_processes_that_served_each_job(tmp_path, pid_dir, w
     Engine([cell], store=store, backend=backend, on_event=live).execute()
     assert live.problems == {"baseline": [], "prefill+decode": []}
     records = msgspec.convert(json.loads(cell_json.read_text())["servers"], list[TopologyRecord])
-    assert [r.proxy_url is not None for r in records] == [False, True]
+    # On CPU the baseline and the PD topology start together, so either may be recorded first.
+    assert sorted(r.proxy_url is not None for r in records) == [False, True]
     assert wait_gone(recorded_pids(pid_dir)) == []
 
 
