@@ -65,6 +65,15 @@ class SweepResult:
 
 
 @dataclass(frozen=True)
+class _EvalTurn:
+    """A CPU wave job's place in its wave's eval order: it asks once `after` (the job before it)
+    is over, and sets `over` when it is (done, failed, or with nothing left to ask)."""
+
+    after: threading.Event | None
+    over: threading.Event
+
+
+@dataclass(frozen=True)
 class _Carried:
     """A level early stop skipped: it carries the flagged `outcome` of level `at`."""
 
@@ -97,8 +106,6 @@ class Engine:
         self.family_size = (
             options.family_size if options.family_size is not None else clean_tests(cells)
         )
-        # baseline key -> set once the baseline job started in the same CPU wave is over
-        self._baseline_over: dict[str, threading.Event] = {}
 
     def cell_store(self, cell: Cell) -> CellStore:
         return self.store.cell(cell.dirname, self._provenance(cell))
@@ -159,11 +166,14 @@ class Engine:
             for wave in waves:
                 if len(wave) == 1:
                     self._run_job(wave[0])
-                else:
-                    self._baseline_over = self._cpu_baselines(wave)
-                    with ThreadPoolExecutor(max_workers=len(wave)) as pool:
-                        for fut in [pool.submit(self._run_wave_job, p) for p in wave]:
-                            fut.result()
+                    continue
+                turns = self._eval_turns(len(wave))
+                with ThreadPoolExecutor(max_workers=len(wave)) as pool:
+                    for fut in [
+                        pool.submit(self._run_job, p, turn)
+                        for p, turn in zip(wave, turns, strict=True)
+                    ]:
+                        fut.result()
         finally:
             self.backend.close()
         for cell in cells:
@@ -201,25 +211,23 @@ class Engine:
             and (u.cell_id, u.concurrency) not in self._stopped
         ]
 
-    def _cpu_baselines(self, wave: Sequence[Placement]) -> dict[str, threading.Event]:
-        """On CPU a baseline job starts beside its cell's PD job (`pack`) only to overlap the
-        server starts: the PD job asks its questions once the baseline job is over, so the
-        evals run in the order they always did (and early stop has its baseline)."""
+    def _eval_turns(self, jobs: int) -> list[_EvalTurn | None]:
+        """On CPU a wave's jobs share it only to overlap their server starts (`pack`); their
+        evals take turns in plan order, so two evals never share the two cores and a PD job's
+        early stop has its baseline. GPU jobs of a wave run on their own GPUs, at once."""
         if self.backend.gpu_indices:
-            return {}
-        return {
-            p.job.cell.baseline_key(): threading.Event() for p in wave if p.job.side == "baseline"
-        }
+            return [None] * jobs
+        over = [threading.Event() for _ in range(jobs)]
+        return [_EvalTurn(over[i - 1] if i else None, over[i]) for i in range(jobs)]
 
-    def _run_wave_job(self, placement: Placement) -> None:
-        over = self._baseline_over.get(placement.job.cell.baseline_key())
+    def _run_job(self, placement: Placement, turn: _EvalTurn | None = None) -> None:
         try:
-            self._run_job(placement)
+            self._serve_job(placement, turn)
         finally:
-            if over is not None and placement.job.side == "baseline":
-                over.set()
+            if turn is not None:
+                turn.over.set()
 
-    def _run_job(self, placement: Placement) -> None:
+    def _serve_job(self, placement: Placement, turn: _EvalTurn | None) -> None:
         job = placement.job
         cell = job.cell
         cs = self.cell_store(cell)
@@ -238,6 +246,7 @@ class Engine:
                         cell, gpus=placement.gpus, cell_dir=cs.dir
                     ) as endpoints:
                         self._count_start(cs, endpoints)
+                        self._wait_turn(cell, turn)
                         for unit in pending:
                             self._run_unit(cell, cs, unit, endpoints.url("baseline"), None)
                 else:
@@ -245,9 +254,7 @@ class Engine:
                         cell, gpus=placement.gpus, cell_dir=cs.dir, prefill_key=job.prefill_key
                     ) as endpoints:
                         self._count_start(cs, endpoints)
-                        if (over := self._baseline_over.get(cell.baseline_key())) is not None:
-                            self._set(cell, "waiting for the baseline's evals")
-                            over.wait()
+                        self._wait_turn(cell, turn)
                         for unit in self._pending(job):
                             if (unit.cell_id, unit.concurrency) in self._stopped:
                                 continue  # an earlier level of this cell was flagged (early stop)
@@ -262,6 +269,11 @@ class Engine:
                 self.progress.emit("failure", f"{job.label}: {type(exc).__name__}: {exc}")
         if job.side == "baseline":
             self._share_baseline(job, cs)
+
+    def _wait_turn(self, cell: Cell, turn: _EvalTurn | None) -> None:
+        if turn is not None and turn.after is not None and not turn.after.is_set():
+            self._set(cell, "servers up, waiting for the previous job's evals")
+            turn.after.wait()
 
     def _adopt_baseline(self, job: Job, cs: CellStore) -> None:
         """Copy finished baseline units from any cell in the run folder with the same key and build

@@ -12,8 +12,9 @@ often shorter, so the plan starts each distinct server configuration once:
   injections) are placed next to each other so a runner can keep the prefiller up;
 - `reuse=False` gives the restart-per-unit baseline (one job per unit), for the benchmark.
 
-On GPUs, `pack` places jobs on disjoint GPU sets in waves that run at once. On CPU a baseline
-job shares its wave with the PD job right after it, the rest run one at a time.
+On GPUs, `pack` places jobs on disjoint GPU sets in waves that run at once. On CPU a wave's
+servers start together (a baseline job and the PD jobs after it that share a prefiller), and
+its jobs then ask their questions one job at a time.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from pdcheck.errors import GpuInventoryError
 # The two sides of a comparison: the no-PD baseline server, and the PD topology.
 Side = Literal["baseline", "pd"]
 SIDES: tuple[Side, ...] = ("baseline", "pd")
+# PD jobs in one CPU wave at most (`_cpu_waves`).
+_CPU_PD_JOBS_PER_WAVE = 2
 # Cell fields that never change a server: they act on the client or the analysis.
 _CLIENT_FIELDS = ("sweep", "concurrency", "eval", "analysis")
 
@@ -164,8 +167,8 @@ def pack(jobs: Sequence[Job], *, gpu_indices: Sequence[int]) -> list[list[Placem
 
     First fit in plan order: a job joins the earliest wave that still has enough free GPUs.
     A job that needs more GPUs than exist raises GpuInventoryError before anything starts.
-    With no GPUs (CPU) jobs get no devices, and each is its own wave except that a baseline job
-    and the PD job right after it start together (`_cpu_waves`).
+    With no GPUs (CPU) jobs get no devices, and a wave is a baseline job and the PD jobs after it
+    that share a prefiller (`_cpu_waves`).
     """
     if not gpu_indices:
         return _cpu_waves(jobs)
@@ -193,23 +196,30 @@ def pack(jobs: Sequence[Job], *, gpu_indices: Sequence[int]) -> list[list[Placem
 
 
 def _cpu_waves(jobs: Sequence[Job]) -> list[list[Placement]]:
-    """One job per wave, but a baseline job and the PD job after it in one.
+    """Waves whose servers start together: a baseline job, then up to two PD jobs that share one
+    prefill configuration (the first PD job after a baseline is always its group's).
 
-    A CPU server's start is mostly one Python process at a time importing vLLM and torch, so a
-    baseline started alone leaves the second core idle, while its start beside the PD servers
-    costs about half a start more than theirs (docs/notes/issue-20.md). A canary's PD job is
-    left alone: it stops early once its drop is certain, which needs its baseline first.
+    A CPU server's start is mostly one Python process importing vLLM and torch, so a server
+    started alone leaves the second core idle (docs/notes/issue-20.md). The engine runs a CPU
+    wave's evals one job at a time in plan order, so the baseline is done before any PD job
+    asks (early stop pairs against it), and the second PD job's decoder, started with the rest,
+    waits idle on the shared prefiller while the first one's evals run. More PD jobs of the
+    prefiller go in the next wave: each would hold a decoder idle for a whole job.
     """
     waves: list[list[Placement]] = []
     for job in jobs:
-        previous = waves[-1] if waves else []
-        if (
-            job.side == "pd"
-            and not job.cell.arm.canary
-            and len(previous) == 1
-            and previous[0].job.side == "baseline"
-        ):
-            previous.append(Placement(job, ()))
+        wave = waves[-1] if waves else []
+        pd_jobs = [p.job for p in wave if p.job.side == "pd"]
+        joins = job.side == "pd" and (
+            (pd_jobs == [] and [p.job.side for p in wave] == ["baseline"])
+            or (
+                0 < len(pd_jobs) < _CPU_PD_JOBS_PER_WAVE
+                and job.prefill_key is not None
+                and pd_jobs[-1].prefill_key == job.prefill_key
+            )
+        )
+        if joins:
+            wave.append(Placement(job, ()))
         else:
             waves.append([Placement(job, ())])
     return waves

@@ -4,10 +4,11 @@ A job runs either a cell's baseline or its PD part on the GPU set the sweep plan
 exactly those servers are planned, on exactly those devices, and the endpoints they yield
 record each process as it was started.
 
-Prefill servers outlive their job when the next PD job has the same prefill key on the same
-devices (arms that change only the decoder, such as injections): a prefill start is tens of
-seconds on CPU and minutes on GPU. They are held idle at most until the backend's next start
-of anything else, or `close()`, so they never take cores or GPUs another job was planned on.
+PD jobs with the same prefill key on the same devices (arms that change only the decoder, such
+as injections) share prefill servers: a prefill start is tens of seconds on CPU and minutes on
+GPU. Jobs running at once (a CPU wave) use the same ones, and when the last of them ends they
+are held idle for a next job with the key, at most until the backend's next start of anything
+else, or `close()`, so they never take cores or GPUs another job was planned on.
 """
 
 from __future__ import annotations
@@ -44,11 +45,15 @@ PrefillKey = tuple[str, tuple[int, ...]]
 
 @dataclass
 class _Prefills:
-    """Running prefill servers: what they are (key), the servers, and how to stop them."""
+    """Running prefill servers: what they are (key), the servers, how to stop them, and how many
+    jobs use them now (0: held idle)."""
 
     key: PrefillKey | None  # None: never handed to another job
     servers: tuple[RunningServer, ...]
     stack: contextlib.ExitStack
+    users: int = 1
+    # False once a job that used them failed (a prefill may be why): no job joins them any more.
+    shareable: bool = True
 
 
 @dataclass
@@ -58,8 +63,8 @@ class ServingBackend:
     # What starts `vllm` (default: per cell, `launcher_argv`); tests put a stand-in here.
     launcher: Sequence[str] | None = None
     _environments: dict[str, VllmEnvironment] = field(default_factory=dict)
-    _held: _Prefills | None = None
-    _held_lock: threading.Lock = field(default_factory=threading.Lock)
+    _prefills: list[_Prefills] = field(default_factory=list)
+    _prefills_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def for_cells(cls, cells: Sequence[Cell], *, run_dir: Path | None = None) -> ServingBackend:
@@ -99,7 +104,7 @@ class ServingBackend:
 
     @contextlib.contextmanager
     def baseline(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> Iterator[Endpoints]:
-        self._take_held(None)
+        self._stop_idle(keep=None)
         plan = self.plan(cell, roles=SIDE_ROLES["baseline"], gpus=gpus, cell_dir=cell_dir)
         with serve_baseline(plan) as endpoints:
             yield endpoints
@@ -111,51 +116,76 @@ class ServingBackend:
         """`prefill_key`: jobs with equal keys may share prefill servers (None: this job's own)."""
         prefill_gpus, decode_gpus = split_pd_gpus(cell, gpus)
         key = (prefill_key, prefill_gpus) if prefill_key else None
-        prefills = self._take_held(key)
-        if prefills is None:
-            plan = self.plan(cell, roles=("prefill",), gpus=prefill_gpus, cell_dir=cell_dir)
-            prefills = self._start_prefills(plan, key)
+        prefills = self._acquire_prefills(key, cell=cell, gpus=prefill_gpus, cell_dir=cell_dir)
+        failed = False
         try:
             plan = self.plan(cell, roles=("decode",), gpus=decode_gpus, cell_dir=cell_dir)
             with serve_pd(plan, prefills=prefills.servers) as endpoints:
                 yield endpoints
         except BaseException:
-            prefills.stack.close()  # a prefill may be why the job failed: never hand it on
+            failed = True
             raise
-        if key is None:
-            prefills.stack.close()
-        else:
-            self._hold(prefills)
+        finally:
+            self._release_prefills(prefills, failed=failed)
 
     def close(self) -> None:
         """Stop the prefill servers held for a next job."""
-        self._take_held(None)
+        with self._prefills_lock:
+            stopping, self._prefills = self._prefills, []
+        _stop(stopping)
 
-    def _take_held(self, key: PrefillKey | None) -> _Prefills | None:
-        """The held prefills if their key is `key`; otherwise stop them (freeing their cores or GPUs)."""
-        with self._held_lock:
-            held, self._held = self._held, None
-        if (
-            held is not None
-            and key is not None
-            and held.key == key
-            and all(s.process.is_healthy() for s in held.servers)
-        ):
-            log.info(
-                "reusing the running prefill servers (%s)",
-                ", ".join(s.process.url for s in held.servers),
-            )
-            return held
-        if held is not None:
-            held.stack.close()
-        return None
+    def _acquire_prefills(
+        self, key: PrefillKey | None, *, cell: Cell, gpus: tuple[int, ...], cell_dir: Path
+    ) -> _Prefills:
+        """Running prefills with `key` (held idle, or in use by a job running now, maybe still
+        starting), else new ones. Held prefills of another key, or that no longer answer, stop
+        first, freeing their cores or GPUs."""
+        self._stop_idle(keep=key)
+        with self._prefills_lock:
+            for prefills in self._prefills:
+                if key is None or prefills.key != key or not prefills.shareable:
+                    continue
+                prefills.users += 1
+                log.info(
+                    "sharing the running prefill servers (%s)",
+                    ", ".join(s.process.url for s in prefills.servers),
+                )
+                return prefills
+            plan = self.plan(cell, roles=("prefill",), gpus=gpus, cell_dir=cell_dir)
+            started = self._start_prefills(plan, key)
+            self._prefills.append(started)
+            return started
 
-    def _hold(self, prefills: _Prefills) -> None:
-        """Keep `prefills` for a next job; jobs of one GPU wave end in parallel, so one held earlier stops."""
-        with self._held_lock:
-            previous, self._held = self._held, prefills
-        if previous is not None:
-            previous.stack.close()
+    def _release_prefills(self, prefills: _Prefills, *, failed: bool) -> None:
+        """A job is done with `prefills`: the last user holds them for a next job (one held at
+        most: jobs of one GPU wave end in parallel), or stops them if they cannot be shared."""
+        with self._prefills_lock:
+            prefills.users -= 1
+            prefills.shareable = prefills.shareable and not failed
+            if prefills.users > 0:
+                return
+            if prefills.key is None or not prefills.shareable:
+                stopping = [prefills]
+            else:
+                stopping = [p for p in self._prefills if p.users == 0 and p is not prefills]
+            self._prefills = [p for p in self._prefills if p not in stopping]
+        _stop(stopping)
+
+    def _stop_idle(self, *, keep: PrefillKey | None) -> None:
+        """Stop the held prefills, but those with key `keep` that still answer."""
+        with self._prefills_lock:
+            stopping = [
+                p
+                for p in self._prefills
+                if p.users == 0
+                and (
+                    keep is None
+                    or p.key != keep
+                    or not all(s.process.is_healthy() for s in p.servers)
+                )
+            ]
+            self._prefills = [p for p in self._prefills if p not in stopping]
+        _stop(stopping)
 
     @staticmethod
     def _start_prefills(plan: TopologyPlan, key: PrefillKey | None) -> _Prefills:
@@ -163,6 +193,11 @@ class ServingBackend:
         # Not waited for here: the decoders start beside them, and serve_pd waits for both.
         servers = stack.enter_context(serve_prefills(plan, wait=False))
         return _Prefills(key, servers, stack)
+
+
+def _stop(prefills: Sequence[_Prefills]) -> None:
+    for held in prefills:
+        held.stack.close()
 
 
 def split_pd_gpus(cell: Cell, gpus: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:

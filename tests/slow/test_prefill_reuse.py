@@ -148,3 +148,33 @@ def test_a_new_prefiller_and_its_decoder_start_together(backend, cell, tmp_path,
     with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key="k") as endpoints:
         assert _ask(endpoints.url("pd")).startswith("stub ")
     assert sorted(started_at_first_wait) == ["decode-0", "prefill-0"]
+
+
+def test_jobs_running_at_once_with_one_key_share_one_prefiller(backend, cell, tmp_path):
+    """A CPU wave's PD jobs with one prefill key start together on one prefiller, each with its
+    own decoder; when the last ends the prefiller is held."""
+    with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key="k") as first:
+        with backend.pd(cell, gpus=(), cell_dir=tmp_path / "b", prefill_key="k") as second:
+            assert len(_servers(tmp_path)) == 3, "one prefiller, two decoders"
+            assert _ask(second.pd_url).startswith("stub ")
+            prefill_pids = {
+                s.pid for e in (first, second) for s in e.started.servers if s.role == "prefill"
+            }
+            assert len(prefill_pids) == 1, "both jobs' records name the one prefiller"
+        assert _ask(first.pd_url).startswith("stub "), "the prefiller outlives the first to end"
+    still_up = [pid for pid in _servers(tmp_path).values() if alive(pid)]
+    assert len(still_up) == 1, "the shared prefiller is held, both decoders stopped"
+
+
+def test_a_failed_job_hands_its_shared_prefiller_to_no_new_job(backend, cell, tmp_path):
+    """A job fails while another uses the prefiller: the other keeps it to its end, no job
+    joins it after, and it stops with its last user."""
+    with backend.pd(cell, gpus=(), cell_dir=tmp_path / "a", prefill_key="k") as survivor:
+        with pytest.raises(RuntimeError, match="eval failed"):
+            with backend.pd(cell, gpus=(), cell_dir=tmp_path / "b", prefill_key="k"):
+                raise RuntimeError("eval failed")
+        assert _ask(survivor.pd_url).startswith("stub ")
+        with backend.pd(cell, gpus=(), cell_dir=tmp_path / "c", prefill_key="k"):
+            assert len(_servers(tmp_path)) == 5, "a job after the failure starts its own prefiller"
+    backend.close()
+    assert wait_gone(recorded_pids(tmp_path / "pids")) == []

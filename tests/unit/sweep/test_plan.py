@@ -103,15 +103,21 @@ def test_pack_on_eight_gpus_runs_two_p2d2_topologies_at_once():
     assert [len(w) for w in waves] == [2, 2]
 
 
-def test_pack_on_cpu_starts_each_baseline_beside_its_first_clean_pd_job():
-    """No GPUs: no devices; a baseline and the PD job after it share a wave (the second core is
-    idle during a lone start), a canary's PD job runs alone (it stops early against its baseline)."""
-    jobs = plan_jobs(_cells(arms=["fixes-on", "inject-zero"]))
-    waves = pack(jobs, gpu_indices=[])
+def test_pack_on_cpu_starts_a_baseline_with_two_pd_jobs_that_share_a_prefiller():
+    """No GPUs: no devices. A wave is a baseline and up to two PD jobs after it with one prefill
+    key (a lone start leaves the second core idle); a third such job, or another prefill key,
+    starts a new wave."""
+    arms = ["fixes-on", "inject-zero", "inject-stale", "fixes-off"]
+    waves = pack(plan_jobs(_cells(arms=arms)), gpu_indices=[])
     assert all(p.gpus == () for w in waves for p in w)
     assert [[(p.job.side, p.job.cell.arm.name) for p in w] for w in waves] == [
-        [("baseline", "fixes-on"), ("pd", "fixes-on")],
-        [("pd", "inject-zero")],
+        [("baseline", "fixes-on"), ("pd", "fixes-on"), ("pd", "inject-zero")],
+        [("pd", "inject-stale")],
+        [("pd", "fixes-off")],
     ] * 2
     canary_first = plan_jobs(_cells(arms=["inject-zero"]))
-    assert [len(w) for w in pack(canary_first, gpu_indices=[])] == [1, 1, 1, 1]
+    assert [len(w) for w in pack(canary_first, gpu_indices=[])] == [2, 2]
+    one_per_unit = plan_jobs(_cells(arms=["fixes-on", "inject-zero"]), reuse=False)
+    assert {len(w) for w in pack(one_per_unit, gpu_indices=[])} <= {1, 2}, (
+        "jobs without a prefill key never share a wave beyond a baseline's"
+    )
