@@ -64,13 +64,41 @@ class SweepResult:
     jobs: int
 
 
+class _LevelsOver:
+    """The concurrency levels a job is over with (asked, skipped or failed); every level once the
+    job is over."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._levels: set[int] = set()
+        self._all = False
+
+    def mark(self, level: int) -> None:
+        with self._changed:
+            self._levels.add(level)
+            self._changed.notify_all()
+
+    def mark_all(self) -> None:
+        with self._changed:
+            self._all = True
+            self._changed.notify_all()
+
+    def over(self, level: int) -> bool:
+        with self._changed:
+            return self._all or level in self._levels
+
+    def wait(self, level: int) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._all or level in self._levels)
+
+
 @dataclass(frozen=True)
 class _EvalTurn:
-    """A CPU wave job's place in its wave's eval order: it asks once `after` (the job before it)
-    is over, and sets `over` when it is (done, failed, or with nothing left to ask)."""
+    """A CPU wave job's place in its wave's eval order: it asks at a level once `after` (the job
+    before it) is over with that level, and marks its own levels in `mine`."""
 
-    after: threading.Event | None
-    over: threading.Event
+    after: _LevelsOver | None
+    mine: _LevelsOver
 
 
 @dataclass(frozen=True)
@@ -212,20 +240,22 @@ class Engine:
         ]
 
     def _eval_turns(self, jobs: int) -> list[_EvalTurn | None]:
-        """On CPU a wave's jobs share it only to overlap their server starts (`pack`); their
-        evals take turns in plan order, so two evals never share the two cores and a PD job's
-        early stop has its baseline. GPU jobs of a wave run on their own GPUs, at once."""
+        """On CPU a wave's jobs share it to overlap their server starts (`pack`), and their evals
+        go one level behind the job before them: a PD job asks at a level once the baseline is
+        done with it (early stop pairs against it), and the canary after it once the clean job
+        is. So at most two evals share the two cores, one of them the lighter c1.
+        GPU jobs of a wave run on their own GPUs, at once."""
         if self.backend.gpu_indices:
             return [None] * jobs
-        over = [threading.Event() for _ in range(jobs)]
-        return [_EvalTurn(over[i - 1] if i else None, over[i]) for i in range(jobs)]
+        levels = [_LevelsOver() for _ in range(jobs)]
+        return [_EvalTurn(levels[i - 1] if i else None, levels[i]) for i in range(jobs)]
 
     def _run_job(self, placement: Placement, turn: _EvalTurn | None = None) -> None:
         try:
             self._serve_job(placement, turn)
         finally:
             if turn is not None:
-                turn.over.set()
+                turn.mine.mark_all()
 
     def _serve_job(self, placement: Placement, turn: _EvalTurn | None) -> None:
         job = placement.job
@@ -246,20 +276,25 @@ class Engine:
                         cell, gpus=placement.gpus, cell_dir=cs.dir
                     ) as endpoints:
                         self._count_start(cs, endpoints)
-                        self._wait_turn(cell, turn)
                         for unit in pending:
+                            self._wait_turn(cell, turn, unit.concurrency)
                             self._run_unit(cell, cs, unit, endpoints.url("baseline"), None)
+                            # The sharing cells' PD jobs may be waiting for this level.
+                            self._share_baseline(job, cs, (unit,))
+                            self._level_over(job, turn, unit)
                 else:
                     with self.backend.pd(
                         cell, gpus=placement.gpus, cell_dir=cs.dir, prefill_key=job.prefill_key
                     ) as endpoints:
                         self._count_start(cs, endpoints)
-                        self._wait_turn(cell, turn)
                         for unit in self._pending(job):
-                            if (unit.cell_id, unit.concurrency) in self._stopped:
-                                continue  # an earlier level of this cell was flagged (early stop)
-                            self._run_unit(cell, cs, unit, endpoints.url("pd"), endpoints)
-                            self._judge_cell(cell, only=unit.concurrency)
+                            if (unit.cell_id, unit.concurrency) not in self._stopped:
+                                self._wait_turn(cell, turn, unit.concurrency)
+                            # Checked again: the wait may end with a level of this cell flagged.
+                            if (unit.cell_id, unit.concurrency) not in self._stopped:
+                                self._run_unit(cell, cs, unit, endpoints.url("pd"), endpoints)
+                                self._judge_cell(cell, only=unit.concurrency)
+                            self._level_over(job, turn, unit)
             except Exception as exc:
                 if not self.options.continue_on_error:
                     raise
@@ -268,12 +303,20 @@ class Engine:
                     cs.write_unit_failure(unit.side, unit.concurrency, unit.repeat, exc)
                 self.progress.emit("failure", f"{job.label}: {type(exc).__name__}: {exc}")
         if job.side == "baseline":
-            self._share_baseline(job, cs)
+            self._share_baseline(job, cs, job.units)
 
-    def _wait_turn(self, cell: Cell, turn: _EvalTurn | None) -> None:
-        if turn is not None and turn.after is not None and not turn.after.is_set():
-            self._set(cell, "servers up, waiting for the previous job's evals")
-            turn.after.wait()
+    def _wait_turn(self, cell: Cell, turn: _EvalTurn | None, level: int) -> None:
+        if turn is not None and turn.after is not None and not turn.after.over(level):
+            self._set(cell, f"servers up, waiting for the previous job's c{level} evals")
+            turn.after.wait(level)
+
+    @staticmethod
+    def _level_over(job: Job, turn: _EvalTurn | None, unit: Unit) -> None:
+        """Mark the unit's level over for the next job once its last repeat has run."""
+        if turn is not None and unit.repeat == max(
+            u.repeat for u in job.units if u.concurrency == unit.concurrency
+        ):
+            turn.mine.mark(unit.concurrency)
 
     def _adopt_baseline(self, job: Job, cs: CellStore) -> None:
         """Copy finished baseline units from any cell in the run folder with the same key and build
@@ -289,10 +332,11 @@ class Engine:
                 ):
                     cs.copy_baseline_unit(source, unit.concurrency, unit.repeat)
 
-    def _share_baseline(self, job: Job, source: CellStore) -> None:
+    def _share_baseline(self, job: Job, source: CellStore, units: Sequence[Unit]) -> None:
+        """Copy `units` of the baseline (or their failures) to the cells that share it."""
         for other in job.shares:
             target = self.cell_store(other)
-            for unit in job.units:
+            for unit in units:
                 if target.unit_done("baseline", unit.concurrency, unit.repeat):
                     continue
                 if source.unit_done("baseline", unit.concurrency, unit.repeat):

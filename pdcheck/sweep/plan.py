@@ -14,7 +14,7 @@ often shorter, so the plan starts each distinct server configuration once:
 
 On GPUs, `pack` places jobs on disjoint GPU sets in waves that run at once. On CPU a wave's
 servers start together (a baseline job and the PD jobs after it that share a prefiller), and
-its jobs then ask their questions one job at a time.
+each job asks at a level once the job before it is done with that level.
 """
 
 from __future__ import annotations
@@ -201,10 +201,11 @@ def _cpu_waves(jobs: Sequence[Job]) -> list[list[Placement]]:
 
     A CPU server's start is mostly one Python process importing vLLM and torch, so a server
     started alone leaves the second core idle (docs/notes/issue-20.md). The engine runs a CPU
-    wave's evals one job at a time in plan order, so the baseline is done before any PD job
-    asks (early stop pairs against it), and the second PD job's decoder, started with the rest,
-    waits idle on the shared prefiller while the first one's evals run. More PD jobs of the
-    prefiller go in the next wave: each would hold a decoder idle for a whole job.
+    wave's evals one level behind the job before (`Engine._eval_turns`), so a level's baseline
+    is done before a PD job asks at it (early stop pairs against it), and the second PD job's
+    decoder, started with the rest, waits on the shared prefiller until the first job is done
+    with a level. More PD jobs of the prefiller go in the next wave: each would hold a decoder
+    idle for a whole job.
     """
     waves: list[list[Placement]] = []
     for job in jobs:

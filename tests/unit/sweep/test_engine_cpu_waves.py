@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 
@@ -55,16 +56,31 @@ class RecordingCpuBackend:
         pass
 
 
-def test_a_cpu_wave_starts_its_servers_together_and_asks_one_job_at_a_time(
+def _asked_at(server: FakeOpenAIServer, times: list[float]) -> dict[int, list[float]]:
+    """When each question was asked, by concurrency level (from its X-Request-Id run tag)."""
+    levels: dict[int, list[float]] = {}
+    for headers, at in zip(server.headers, times, strict=True):
+        level = int(
+            re.search(
+                r"-c(\d+)-r", {k.lower(): v for k, v in headers.items()}["x-request-id"]
+            ).group(1)
+        )
+        levels.setdefault(level, []).append(at)
+    return levels
+
+
+def test_a_cpu_wave_starts_its_servers_together_and_asks_one_level_behind(
     sweep_file, gold_by_question, tmp_path
 ):
     """The baseline, the clean PD job and the canary (one prefill key) are one wave: every job's
-    servers are up before the first question, the baseline is done before PD asks, the canary
-    asks after the clean job, and it stops early against the baseline it waited for."""
+    servers are up before the first question, and each job asks at a level once the job before
+    it is done with that level, so the canary stops early against its baseline, and the clean
+    job's c1 runs beside the baseline's c4."""
     times: dict[str, list[float]] = {"baseline": [], "fixes-on": [], "inject-zero": []}
     right = answering(gold_by_question)
     with (
-        FakeOpenAIServer(_timed(right, times["baseline"])) as base,
+        # The baseline answers slowly, so its c4 outlasts the clean job's wake-up.
+        FakeOpenAIServer(_timed(right, times["baseline"]), delay_s=0.2) as base,
         FakeOpenAIServer(_timed(right, times["fixes-on"])) as clean,
         FakeOpenAIServer(
             _timed(answering(gold_by_question, wrong=True), times["inject-zero"])
@@ -90,8 +106,18 @@ def test_a_cpu_wave_starts_its_servers_together_and_asks_one_job_at_a_time(
     assert max(backend.up.values()) < min(min(t) for t in times.values()), (
         "every job of the wave had its servers before any question was asked"
     )
-    assert max(times["baseline"]) < min(times["fixes-on"])
-    assert max(times["fixes-on"]) < min(times["inject-zero"])
+    asked = {
+        "baseline": _asked_at(base, times["baseline"]),
+        "fixes-on": _asked_at(clean, times["fixes-on"]),
+        "inject-zero": _asked_at(canary, times["inject-zero"]),
+    }
+    for level in (1, 4):
+        assert max(asked["baseline"][level]) < min(asked["fixes-on"][level])
+    assert max(asked["fixes-on"][1]) < min(asked["inject-zero"][1])
+    assert min(asked["fixes-on"][1]) < max(asked["baseline"][4]), (
+        "the clean job's c1 did not wait for the baseline's c4"
+    )
     (canary_cell,) = [c for c in load_run(store.root).cells if c.canary]
     assert len(times["inject-zero"]) < 16, "the canary stopped early against its baseline"
+    assert 4 not in asked["inject-zero"], "its c4 carries the c1 verdict"
     assert {v.verdict.verdict for v in canary_cell.verdicts.values()} == {Verdict.REGRESSION}
