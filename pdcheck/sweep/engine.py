@@ -288,10 +288,9 @@ class Engine:
                     ) as endpoints:
                         self._count_start(cs, endpoints)
                         for unit in self._pending(job):
+                            # A flagged earlier level of this cell skips the rest (early stop).
                             if (unit.cell_id, unit.concurrency) not in self._stopped:
                                 self._wait_turn(cell, turn, unit.concurrency)
-                            # Checked again: the wait may end with a level of this cell flagged.
-                            if (unit.cell_id, unit.concurrency) not in self._stopped:
                                 self._run_unit(cell, cs, unit, endpoints.url("pd"), endpoints)
                                 self._judge_cell(cell, only=unit.concurrency)
                             self._level_over(job, turn, unit)
