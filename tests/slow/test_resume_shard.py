@@ -33,7 +33,9 @@ def test_kill_9_mid_unit_then_resume_loses_nothing_and_duplicates_nothing(
     out = tmp_path / "r"
     with (
         FakeOpenAIServer(answering(gold_by_question), delay_s=0.05) as base,
-        FakeOpenAIServer(answering(gold_by_question), delay_s=0.05) as pd,
+        # PD's c1 runs beside the baseline's c4 (one level behind): the slower PD is still
+        # mid-unit well after the baseline's last unit has finished.
+        FakeOpenAIServer(answering(gold_by_question), delay_s=0.2) as pd,
     ):
         argv = [
             sys.executable,
@@ -58,9 +60,10 @@ def test_kill_9_mid_unit_then_resume_loses_nothing_and_duplicates_nothing(
                 lambda: (
                     len(_lines(next(iter(out.glob("cells/*/pd/c1/r0/records.jsonl")), out / "x")))
                     >= 3
+                    and any(out.glob("cells/*/baseline/c4/r0/summary.json"))
                 ),
                 timeout_s=60,
-            ), "the sweep never reached the PD unit"
+            ), "the sweep never reached the PD unit with its baseline done"
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
