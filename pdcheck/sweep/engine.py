@@ -268,6 +268,9 @@ class Engine:
             self.progress.questions_done += sum(
                 self._questions(u) for u in job.units if u not in pending
             )
+        if turn is not None:  # levels done in an earlier run hold no one up
+            for level in {u.concurrency for u in job.units} - {u.concurrency for u in pending}:
+                turn.mine.mark(level)
         if pending:
             self._set(cell, f"starting {job.side} servers")
             try:
@@ -281,19 +284,20 @@ class Engine:
                             self._run_unit(cell, cs, unit, endpoints.url("baseline"), None)
                             # The sharing cells' PD jobs may be waiting for this level.
                             self._share_baseline(job, cs, (unit,))
-                            self._level_over(job, turn, unit)
+                            self._level_over(pending, turn, unit)
                 else:
                     with self.backend.pd(
                         cell, gpus=placement.gpus, cell_dir=cs.dir, prefill_key=job.prefill_key
                     ) as endpoints:
                         self._count_start(cs, endpoints)
-                        for unit in self._pending(job):
+                        pending = self._pending(job)
+                        for unit in pending:
                             # A flagged earlier level of this cell skips the rest (early stop).
                             if (unit.cell_id, unit.concurrency) not in self._stopped:
                                 self._wait_turn(cell, turn, unit.concurrency)
                                 self._run_unit(cell, cs, unit, endpoints.url("pd"), endpoints)
                                 self._judge_cell(cell, only=unit.concurrency)
-                            self._level_over(job, turn, unit)
+                            self._level_over(pending, turn, unit)
             except Exception as exc:
                 if not self.options.continue_on_error:
                     raise
@@ -310,11 +314,10 @@ class Engine:
             turn.after.wait(level)
 
     @staticmethod
-    def _level_over(job: Job, turn: _EvalTurn | None, unit: Unit) -> None:
-        """Mark the unit's level over for the next job once its last repeat has run."""
-        if turn is not None and unit.repeat == max(
-            u.repeat for u in job.units if u.concurrency == unit.concurrency
-        ):
+    def _level_over(units: Sequence[Unit], turn: _EvalTurn | None, unit: Unit) -> None:
+        """Mark the unit's level over for the next job once it is the last of `units` (what the
+        job runs) at that level."""
+        if turn is not None and unit == [u for u in units if u.concurrency == unit.concurrency][-1]:
             turn.mine.mark(unit.concurrency)
 
     def _adopt_baseline(self, job: Job, cs: CellStore) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 import threading
 import time
 
@@ -121,3 +122,38 @@ def test_a_cpu_wave_starts_its_servers_together_and_asks_one_level_behind(
     assert len(times["inject-zero"]) < 16, "the canary stopped early against its baseline"
     assert 4 not in asked["inject-zero"], "its c4 carries the c1 verdict"
     assert {v.verdict.verdict for v in canary_cell.verdicts.values()} == {Verdict.REGRESSION}
+
+
+def test_a_resumed_wave_does_not_wait_for_levels_done_in_the_earlier_run(
+    sweep_file, gold_by_question, tmp_path
+):
+    """Resuming with the baseline's c1 done and its c4 not: the PD jobs' c1 asks at once,
+    beside the baseline's c4, instead of waiting for the baseline job to end."""
+    store = create_run(
+        tmp_path / "r",
+        provenance=Provenance(),
+        sweep=SweepInfo(name="fake", file="fake.yaml", sha256="x"),
+        environment={},
+    )
+    cells = expand_cells(load_sweep(sweep_file))
+    right = answering(gold_by_question)
+    with FakeOpenAIServer(right) as base, FakeOpenAIServer(right) as pd:
+        urls = {"fixes-on": pd.url, "inject-zero": pd.url}
+        Engine(cells, store=store, backend=RecordingCpuBackend(base.url, urls)).run()
+    # What a sweep killed during the baseline's c4 leaves: c1 done, nothing else.
+    for cell_dir in (store.root / "cells").iterdir():
+        shutil.rmtree(cell_dir / "baseline" / "c4")
+        shutil.rmtree(cell_dir / "pd")
+        shutil.rmtree(cell_dir / "verdicts", ignore_errors=True)
+
+    times: dict[str, list[float]] = {"baseline": [], "pd": []}
+    with (
+        FakeOpenAIServer(_timed(right, times["baseline"]), delay_s=0.2) as base,
+        FakeOpenAIServer(_timed(right, times["pd"])) as pd,
+    ):
+        urls = {"fixes-on": pd.url, "inject-zero": pd.url}
+        Engine(cells, store=store, backend=RecordingCpuBackend(base.url, urls)).run()
+        asked = {"baseline": _asked_at(base, times["baseline"]), "pd": _asked_at(pd, times["pd"])}
+    assert set(asked["baseline"]) == {4}, "only the missing baseline level is asked"
+    assert min(asked["pd"][1]) < max(asked["baseline"][4])
+    assert min(asked["pd"][4]) > max(asked["baseline"][4])
