@@ -212,7 +212,7 @@ def _cpu_waves(jobs: Sequence[Job]) -> list[list[Placement]]:
         wave = waves[-1] if waves else []
         pd_jobs = [p.job for p in wave if p.job.side == "pd"]
         joins = job.side == "pd" and (
-            (pd_jobs == [] and [p.job.side for p in wave] == ["baseline"])
+            [p.job.side for p in wave] == ["baseline"]
             or (
                 0 < len(pd_jobs) < _CPU_PD_JOBS_PER_WAVE
                 and job.prefill_key is not None
