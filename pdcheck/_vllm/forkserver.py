@@ -240,6 +240,9 @@ def main(argv: list[str] | None = None) -> None:
         listener.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+        # The folder pdcheck made for the socket, when pdcheck died before it could remove it.
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(path))
 
 
 if __name__ == "__main__":
