@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -102,46 +99,3 @@ def test_a_failed_start_is_its_exit_code_and_a_stop_leaves_nothing(tmp_path):
     assert alive(parent) and FORKSERVER_MODULE in Path(f"/proc/{parent}/cmdline").read_text()
     # The fork server logs beside the first server that needed it: not this one.
     assert not (process.log_path.parent / "vllm-forkserver.log").exists()
-
-
-_START_A_FORK_SERVER = """
-import os, sys
-from pathlib import Path
-from pdcheck.serving.forkserver import FORK_SERVERS
-print(FORK_SERVERS.socket_for(sys.executable, dict(os.environ), log_dir=Path(sys.argv[1])), flush=True)
-sys.stdin.read()
-"""
-
-
-def test_the_fork_server_ends_with_the_pdcheck_that_started_it(tmp_path):
-    """pdcheck killed with SIGKILL (no atexit, no teardown): its fork server still exits, with
-    its socket and the socket's folder, once its import is done."""
-    pdcheck = subprocess.Popen(
-        [sys.executable, "-c", _START_A_FORK_SERVER, str(tmp_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert pdcheck.stdout is not None
-        socket_path = pdcheck.stdout.readline().strip()
-        (fork_server,) = [
-            int(p.name)
-            for p in Path("/proc").iterdir()
-            if p.name.isdigit() and socket_path in _cmdline(p)
-        ]
-    finally:
-        pdcheck.kill()
-        pdcheck.wait()
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while alive(fork_server) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not alive(fork_server), "the fork server outlived pdcheck"
-    assert not Path(socket_path).parent.exists()
-
-
-def _cmdline(proc: Path) -> str:
-    try:
-        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
