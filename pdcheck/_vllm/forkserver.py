@@ -12,7 +12,8 @@ status goes back to the launcher, which exits with it.
 What the fork inherits is what the import left, so the serving layer keys a fork server on the
 whole server environment except the variables vLLM and pdcheck's plugin read only after
 argument parsing (`pdcheck.serving.forkserver`). The import starts no Python thread (checked
-at startup), and the fork copies the state vLLM's own fork of the EngineCore copies. The server exits when its standard input closes: the pdcheck that started it is gone.
+at startup), and the fork copies the state vLLM's own fork of the EngineCore copies. The fork
+server exits when its standard input closes: the pdcheck that started it is gone.
 """
 
 from __future__ import annotations
@@ -113,6 +114,14 @@ def _exit_code(status: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
+def _exit_status(code: object) -> int:
+    """What the interpreter makes of `sys.exit(code)`: a message goes to stderr, status 1."""
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
+
+
 def _run_server(request: Request, streams: list[int]) -> None:
     """In the fork: become the launcher's server and never return."""
     code = 1
@@ -130,7 +139,7 @@ def _run_server(request: Request, streams: list[int]) -> None:
             main(request.argv)
             code = 0
         except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+            code = _exit_status(exit_.code)
     except BaseException:
         traceback.print_exc()
     finally:

@@ -78,11 +78,10 @@ def import_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 @dataclass
 class ForkServer:
-    """One running fork server: its process, socket and log."""
+    """One running fork server: its process and socket."""
 
     process: subprocess.Popen[bytes]
     socket_path: str
-    log_path: Path
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -147,7 +146,7 @@ def _start(python: str, env: dict[str, str], log_dir: Path) -> ForkServer:
             process_group=0,
         )
     log.info("started the vLLM fork server (pid %d, log %s)", process.pid, log_path)
-    return ForkServer(process, socket_path, log_path)
+    return ForkServer(process, socket_path)
 
 
 FORK_SERVERS = ForkServers()
