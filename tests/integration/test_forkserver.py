@@ -5,9 +5,13 @@ leaves nothing behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -17,11 +21,11 @@ from pdcheck.config.paths import fixture_models_dir
 from pdcheck.config.schema import SweepSpec
 from pdcheck.errors import ServerCrashed
 from pdcheck.serving import plan_topology, serve_baseline
-from pdcheck.serving.forkserver import FORKSERVER_ENV, FORKSERVER_MODULE
+from pdcheck.serving.forkserver import FORKSERVER_ENV, FORKSERVER_MODULE, ForkServers
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
-from pdcheck.serving.process import ServerProcess
-from tests.integration.conftest import MODELS, READY_TIMEOUT_S, SERVE_ARGS
+from pdcheck.serving.process import ServerProcess, server_environ
+from tests.integration.conftest import MODELS, READY_TIMEOUT_S, SERVE_ARGS, complete, model_path
 from tests.unit.serving.test_process import alive
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
@@ -99,3 +103,78 @@ def test_a_failed_start_is_its_exit_code_and_a_stop_leaves_nothing(tmp_path):
     assert alive(parent) and FORKSERVER_MODULE in Path(f"/proc/{parent}/cmdline").read_text()
     # The fork server logs beside the first server that needed it: not this one.
     assert not (process.log_path.parent / "vllm-forkserver.log").exists()
+
+
+def _api_server_environ(plugin_dir: Path) -> dict[str, str]:
+    """The environment digest of the API server's marker (not its EngineCore's, a fork)."""
+    (marker,) = [
+        m
+        for m in (json.loads(p.read_text()) for p in plugin_dir.glob("activation-*.json"))
+        if "forked_from" not in m
+    ]
+    return marker["environ"]
+
+
+def test_a_queued_launcher_that_stops_harms_no_other_and_forks_see_a_direct_environment(
+    tmp_path,
+):
+    """A launcher stopped while its request waits for the fork server's vLLM import is skipped:
+    a server asked for after it is forked and serves. Its API server's environment, as the
+    plugin saw it, is a directly started server's: the request's plus what vLLM's import set
+    (a direct start of the same argv, stopped by a model that does not exist once the plugin
+    has written its marker)."""
+    plan = _baseline_plan(SERVE_ARGS)
+    assert plan.baseline is not None
+    server = plan.baseline
+    env = server_environ(server.env)
+    fork_servers = ForkServers()
+    try:
+        socket_path = fork_servers.socket_for(server.argv[0], env, log_dir=tmp_path)
+        queued = subprocess.Popen(
+            [*server.argv[:3], "serve", "m", "--port", "1"],
+            env={**env, FORKSERVER_ENV: socket_path},
+            process_group=0,
+        )
+        while not _has_socket(queued.pid):
+            assert queued.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.5)  # its request follows its connect at once; vLLM's import takes seconds
+        queued.send_signal(signal.SIGTERM)
+        assert queued.wait(timeout=30) == 128 + signal.SIGTERM
+        with serve_baseline(plan, fork_servers=fork_servers) as endpoints:
+            (process,) = endpoints.processes
+            assert _forked_pid(process)
+            body = {"model": model_path("llama"), "prompt": "1 + 1 =", "max_tokens": 4}
+            answer = complete(endpoints.url("baseline"), body, request_id="queued-q00000")
+            assert answer["choices"][0]["text"] is not None
+        forked = _api_server_environ(server.plugin_dir)
+    finally:
+        fork_servers.stop_all()
+
+    direct_dir = tmp_path / "direct-plugin"
+    argv = list(server.argv)
+    argv[argv.index("serve") + 1] = str(tmp_path / "no-such-model")
+    direct = ServerProcess(
+        argv,
+        name="direct",
+        url=server.url,
+        log_path=tmp_path / "direct.log",
+        env={**server.env, "PDCHECK_PLUGIN_DIR": str(direct_dir)},
+    )
+    with direct:
+        while direct.returncode() is None:
+            time.sleep(0.2)
+    direct_environ = _api_server_environ(direct_dir)
+    differ = {
+        k for k in forked.keys() | direct_environ.keys() if forked.get(k) != direct_environ.get(k)
+    }
+    assert differ == {"PDCHECK_PLUGIN_DIR"}, differ
+
+
+def _has_socket(pid: int) -> bool:
+    try:
+        return any(
+            os.readlink(fd).startswith("socket:") for fd in Path(f"/proc/{pid}/fd").iterdir()
+        )
+    except OSError:
+        return False
