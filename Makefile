@@ -18,12 +18,17 @@ fixtures: setup
 sweep: fixtures
 	$(BIN)/pdcheck sweep $(SWEEP)
 
-# The lint and type gate: ruff (lint and format) and mypy, configured in pyproject.toml.
+# The lint and type gate: ruff (lint and format) and mypy, configured in pyproject.toml, then
+# actionlint on .github/workflows (and, through `uses: ./`, action.yml's inputs and contexts).
+# actionlint skips shellcheck without a word when it cannot run it, so the gate checks it is there.
+# No step runs with `shell: python`, so pyflakes is off rather than run if a machine happens to have it.
 LINTED := pdcheck tests benchmarks scripts
 check: setup
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
+	$(BIN)/shellcheck --version >/dev/null
+	$(BIN)/actionlint -shellcheck=$(BIN)/shellcheck -pyflakes=
 
 # The gate, then every tier, as CI runs it (tests/README.md lists the tiers and what each costs).
 # The slowest tests are listed at the end: CI's time budget is spent there.

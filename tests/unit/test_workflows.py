@@ -152,7 +152,9 @@ def test_gpu_workflow_shards_merges_reports_and_keeps_one_comment():
     assert any(
         str(s.get("uses", "")).startswith("actions/upload-artifact") for s in report["steps"]
     )
-    assert report["steps"][-1]["run"].startswith("exit ${{ steps.report.outputs.exit_code }}")
+    gate = report["steps"][-1]
+    assert gate["env"]["CODE"] == "${{ steps.report.outputs.exit_code }}"
+    assert gate["run"] == 'exit "${CODE:-2}"', "no exit code is an infra error, not a pass"
 
 
 def test_shipped_pr_sweep_exists():
@@ -227,13 +229,23 @@ def test_release_builds_tests_and_publishes_on_tags_and_never_on_forks():
     )
 
 
+def test_dependabot_keeps_every_action_pin_current():
+    """Dependabot watches the actions of the workflows and action.yml (directory /), weekly, in one group."""
+    config = yaml.safe_load((ROOT / ".github" / "dependabot.yml").read_text())
+    (actions,) = [u for u in config["updates"] if u["package-ecosystem"] == "github-actions"]
+    assert actions["directory"] == "/" and actions["schedule"]["interval"] == "weekly"
+    assert [group["patterns"] for group in actions["groups"].values()] == [["*"]]
+
+
 @pytest.mark.slow
 def test_workflows_and_action_match_the_github_schemas():
-    """Every workflow and action.yml validate against GitHub's published schemas (vendored by check-jsonschema)."""
+    """Every workflow, action.yml and the Dependabot config validate against GitHub's published
+    schemas (vendored by check-jsonschema)."""
     workflows = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
     for schema, files in (
         ("vendor.github-workflows", workflows),
         ("vendor.github-actions", [str(ROOT / "action.yml")]),
+        ("vendor.dependabot", [str(ROOT / ".github" / "dependabot.yml")]),
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, *files],
