@@ -214,12 +214,9 @@ class LiveDisplay:
             # A verdict's whole reason is in the summary's file and the report: one line here.
             one_line = event.kind == "verdict"
             console.print(
-                Text.assemble(
-                    (f"{event.elapsed_s:7.0f}s ", "dim"),
-                    event.message,
-                    no_wrap=one_line,
-                    overflow="ellipsis" if one_line else "fold",
-                )
+                Text.assemble((f"{event.elapsed_s:7.0f}s ", "dim"), event.message),
+                no_wrap=one_line,
+                overflow="ellipsis" if one_line else "fold",
             )
         if event.kind == "record" and event.questions_done % 10:
             return  # redraw every 10 questions, not every one

@@ -362,8 +362,8 @@ def methodology_section(
     return "\n".join(
         [
             "- Test: each PD run is paired question by question with its same-run no-PD baseline "
-            f"(repeats pooled); Δ = PD − baseline accuracy with {_interval_sentence(interval_levels)} "
-            "and an exact one-sided McNemar p-value.",
+            "(repeats pooled); Δ = PD − baseline accuracy, with an exact one-sided McNemar "
+            f"p-value and {_interval_sentence(interval_levels)}.",
             f"- The run's decision: Holm across the clean tests, so a sweep with no drop fails with "
             f"probability ≤ α = {alpha if alpha is not None else '?'}; the table shows raw and "
             f"adjusted p. REGRESSION needs adjusted p ≤ α while a drop beyond the margin "

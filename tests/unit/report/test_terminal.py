@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
@@ -11,6 +12,7 @@ import pdcheck.cli.sweep as sweep_cli
 from pdcheck.analysis.verdict import Status, Verdict
 from pdcheck.cli import main
 from pdcheck.report.rows import build_rows, short_reason
+from pdcheck.sweep.events import SweepEvent
 from pdcheck.sweep.results import load_run
 
 from .conftest import CellPlan, write_run
@@ -105,3 +107,29 @@ def test_a_carried_level_and_an_early_stop_read_as_such():
         short_reason(verdict=Verdict.REGRESSION, status=Status.FAIL, canary=False, **carried)
         == "flagged at c1"
     )
+
+
+def test_live_verdict_lines_take_one_line_and_failures_keep_their_whole_message(monkeypatch):
+    """While the sweep runs, a verdict (its whole reason is in the report) never wraps; a failure does."""
+    terminal = Console(file=io.StringIO(), width=80, color_system=None)
+    monkeypatch.setattr(sweep_cli, "console", terminal)
+    reason = "within the margin: the drop is at most 9.18 pts ≤ 20.00 " * 4
+    event = SweepEvent(
+        kind="verdict",
+        message=f"tiny-llama-p1x1-d1x1-sync-fixes-on c1: PASS ({reason})",
+        cells_done=0,
+        cells_total=1,
+        current_cell=None,
+        phase=None,
+        questions_done=0,
+        questions_total=50,
+        elapsed_s=53.0,
+        verdicts={},
+        server_starts=0,
+    )
+    with sweep_cli.LiveDisplay() as display:
+        display.update(event)
+        display.update(replace(event, kind="failure", message=f"ServerCrashed: {reason}"))
+    verdict, *failure = terminal.file.getvalue().splitlines()
+    assert verdict.endswith("…") and len(verdict) <= 80
+    assert " ".join(" ".join(failure).split()).endswith(" ".join(reason.split()))
