@@ -15,7 +15,7 @@ Hierarchy (what callers catch is a base class)::
     │   └── GpuInventoryError         the topology needs more GPUs than there are
     ├── VllmIncompatible              exit 2: the installed vLLM lacks internals pdcheck needs
     ├── HarnessError                  exit 2: the race harness could not run
-    └── BisectError                   exit 2: bisect input is wrong (not a repo, bad refs, dirty tree)
+    └── BisectError                   exit 3: bisect input is wrong (not a repo, bad refs, dirty tree)
 
 A verdict (PASS, REGRESSION, ...) is a result, not an exception; the CLI maps verdicts to
 exit codes through :class:`ExitCode`.
@@ -45,13 +45,18 @@ __all__ = [
 
 
 class ExitCode(enum.IntEnum):
-    """Process exit codes, shared by every command (documented in `pdcheck --help`)."""
+    """Process exit codes, shared by every command (documented in `pdcheck --help`).
 
-    OK = 0  # all pass (canaries flagged), harness clean, bisect "good"
-    FAILED = 1  # REGRESSION/SUSPECT, an unflagged canary, race findings, bisect "bad"
+    `pdcheck bisect` exits OK when it found the first bad commit, FAILED when only skipped
+    commits were left, INFRA when git named none. Its steps (`python -m pdcheck.bisect.step`)
+    exit as `git bisect run` expects instead: 0 good, 1 bad, BISECT_SKIP.
+    """
+
+    OK = 0  # all pass (canaries flagged), harness clean, bisect found the culprit
+    FAILED = 1  # REGRESSION/SUSPECT, an unflagged canary, race findings, bisect: only skips left
     INFRA = 2  # INFRA-ERROR, crashed servers, no KV transferred, harness could not run
     CONFIG = 3  # bad sweep file or options; nothing was started
-    BISECT_SKIP = 125  # git bisect's "skip": the commit cannot be tested
+    BISECT_SKIP = 125  # a bisect step's "skip": the commit cannot be tested
 
 
 class PdcheckError(Exception):

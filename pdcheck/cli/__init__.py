@@ -2,10 +2,15 @@
 
 \b
 Exit codes (every command):
-  0  pass: all cells PASS and every canary was flagged; harness clean; bisect good
-  1  REGRESSION or SUSPECT, a canary that was not flagged, race findings; bisect bad
-  2  infra error: servers crashed, no KV transferred, the harness could not run
+  0  pass: all cells PASS and every canary was flagged; harness clean;
+     bisect found the first bad commit
+  1  REGRESSION or SUSPECT, a canary that was not flagged, race findings;
+     bisect was left with only skipped commits
+  2  infra error: servers crashed, no KV transferred, the harness could not run;
+     bisect ended without naming a commit
   3  bad configuration or options; nothing was started
+A bisect step (python -m pdcheck.bisect.step) exits as `git bisect run` expects:
+0 good, 1 bad, 125 skip.
 """
 
 from __future__ import annotations

@@ -114,7 +114,8 @@ def bisect(
     Each step exits as git expects: 0 good, 1 bad, 125 skip (the commit does not install or
     import, or the run hit an infra error; an infra failure is never called bad). Results are
     cached per commit, so re-running or widening a bisect reuses earlier steps.
-    Exit: 0 first bad commit found, 1 only skipped commits were left, 3 bad input.
+    Exit: 0 the first bad commit was found; 1 only skipped commits were left (listed: the first
+    bad commit is one of them); 2 git bisect ended without naming a commit; 3 bad input.
     """
     options: tuple[tuple[Predicate, object], ...] = (
         ("race", use_race),

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 import click
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from pdcheck.cli._common import console, err_console
 from pdcheck.cli.validate import list_option, shipped_sweeps_table
 from pdcheck.errors import ConfigError, ExitCode
 
 if TYPE_CHECKING:
-    from pdcheck.sweep.schema import RunSummary
+    from pdcheck.sweep.results import RunResults
 
 EXIT_CODES_HELP = """
 \b
@@ -171,7 +172,9 @@ def sweep(
         raise click.exceptions.Exit(int(ExitCode.CONFIG if planned.problems else ExitCode.OK))
     with LiveDisplay() as display:
         result = run_sweep(request, on_event=display.update, render_report=_render_report())
-    print_summary(result.summary, result.root)
+    from pdcheck.sweep.results import load_run
+
+    print_summary(load_run(result.root))
     raise click.exceptions.Exit(int(result.exit_code))
 
 
@@ -187,15 +190,10 @@ def sweep(
 )
 def merge(dirs, out) -> None:
     from pdcheck.sweep.merge import merge_runs
-    from pdcheck.sweep.summary import run_summary
 
-    results = merge_runs(list(dirs), out, render_report=_render_report())
-    summary = run_summary(results)
-    print_summary(summary, out)
-    raise click.exceptions.Exit(summary.exit_code)
-
-
-_STYLE = {"pass": "green", "fail": "bold red", "infra": "yellow", "inconclusive": "cyan"}
+    raise click.exceptions.Exit(
+        print_summary(merge_runs(list(dirs), out, render_report=_render_report()))
+    )
 
 
 class LiveDisplay:
@@ -213,8 +211,12 @@ class LiveDisplay:
 
     def update(self, event) -> None:
         if event.kind in ("planned", "unit-done", "verdict", "failure", "race"):
+            # A verdict's whole reason is in the summary's file and the report: one line here.
+            one_line = event.kind == "verdict"
             console.print(
-                f"[dim]{event.elapsed_s:7.0f}s[/dim] {event.message}", markup=True, highlight=False
+                Text.assemble((f"{event.elapsed_s:7.0f}s ", "dim"), event.message),
+                no_wrap=one_line,
+                overflow="ellipsis" if one_line else "fold",
             )
         if event.kind == "record" and event.questions_done % 10:
             return  # redraw every 10 questions, not every one
@@ -238,23 +240,20 @@ class LiveDisplay:
         self._live.update(table)
 
 
-def print_summary(summary: RunSummary, root: Path) -> None:
-    """One line per cell and concurrency, then where the results are and the exit code."""
-    table = Table(title=f"sweep {summary.sweep}", show_lines=False)
-    for column in ("cell", "c", "verdict", "status", "reason"):
-        table.add_column(column, overflow="fold")
-    for cell in summary.cells:
-        for r in cell.results:
-            style = _STYLE.get(r.status, "")
-            name = cell.name + (" (canary)" if cell.canary else "")
-            table.add_row(
-                name,
-                str(r.concurrency),
-                r.verdict,
-                f"[{style}]{r.status}[/{style}]",
-                r.reason,
-            )
-    console.print(table)
+def print_summary(run: RunResults) -> int:
+    """One line per cell and concurrency, then where the results are; returns the run's exit code."""
+    from pdcheck.report.terminal import render_summary
+    from pdcheck.sweep.summary import run_summary
+
+    summary = run_summary(run)
+    console.print(render_summary(run))
     if summary.race is not None:
-        console.print(f"race harness: {summary.race.status} ({summary.race.reason})")
-    console.print(f"results: {root}  exit code {summary.exit_code}")
+        console.print(
+            f"race harness: {summary.race.status} ({summary.race.reason})",
+            markup=False,
+            highlight=False,
+        )
+    console.print(
+        f"results: {run.info.root}  exit code {summary.exit_code}", markup=False, highlight=False
+    )
+    return summary.exit_code

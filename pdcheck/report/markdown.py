@@ -24,6 +24,7 @@ from pdcheck.report.sections import (
     environment_section,
     failure_details,
     failure_line,
+    interval_levels,
     methodology_section,
     overall_line,
     results_table,
@@ -185,6 +186,7 @@ def render_markdown(
         margin_pts=policy.margin_pts if policy else None,
         tie_epsilon_nats=policy.tie_epsilon_nats if policy else None,
         mde_pts=mde,
+        interval_levels=interval_levels(rows),
     )
 
     def compose(detail: _Detail) -> str:

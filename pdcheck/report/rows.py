@@ -2,11 +2,13 @@
 
 Verdicts and statuses come from `pdcheck.sweep.summary.cell_outcomes`, the function that
 also feeds `summary.json` and `junit.xml`, so the markdown, JSON and JUnit renderings cannot
-disagree about a verdict. The numbers come from the stored comparison and unit summaries.
+disagree about a verdict. The numbers come from the stored comparison and unit summaries, and
+the interval's level from the stored design that computed it.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -18,7 +20,7 @@ from pdcheck.sweep.results import CellResult, RunResults
 from pdcheck.sweep.schema import VerdictFile
 from pdcheck.sweep.summary import cell_outcomes
 
-__all__ = ["ResultRow", "build_rows"]
+__all__ = ["ResultRow", "build_rows", "interval_confidence", "short_reason"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class ResultRow:
     delta_pts: float | None = None
     ci_low_pts: float | None = None
     ci_high_pts: float | None = None
+    # The two-sided confidence of [ci_low_pts, ci_high_pts]; None when the folder did not record it.
+    ci_level: float | None = None
     p_value: float | None = None  # raw
     adjusted_p: float | None = None  # Holm over the run's clean tests (a canary: its own p)
     delta_invalid_pts: float | None = None
@@ -50,6 +54,12 @@ class ResultRow:
     baseline_reused_from: str | None = None
     # A canary arm's level where its race cannot fire (async off or concurrency 1): must PASS.
     control: bool = False
+    # The pairs the test planned (its design's last look); n is fewer after an early stop.
+    planned_n: int | None = None
+    # The level whose flag an early stop carried to this one (this level did not run).
+    carried_from: int | None = None
+    # A few words for the terminal; `reason` is the whole sentence.
+    short_reason: str = ""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -80,6 +90,51 @@ def _side_accuracy(cell: CellResult, side: Side, concurrency: int) -> float | No
     )
 
 
+def interval_confidence(entry: VerdictFile) -> float | None:
+    """The two-sided confidence of the verdict's interval, from the design that computed it.
+
+    `verdict.decide` draws the interval at 1 − 2·(the design's equivalence alpha), so that each
+    end is the one-sided bound its margin rule uses: 1 − 2·alpha with one look, 1 − 2·alpha/k
+    with early stop's k margin looks. A verdict stored without its design (pdcheck before
+    issue 17, whose intervals were 1 − alpha) does not say, and neither does the report.
+    """
+    design = entry.verdict.design
+    return None if design is None else 1 - 2 * design.equivalence_alpha
+
+
+# A reason opens with its headline; after the first clause break come the numbers behind it.
+_CLAUSE_BREAK = re.compile(r":|;| \(|, p=")
+_EARLY_STOP = re.compile(r"^early stop, [^;]*; ")
+
+
+def short_reason(
+    *,
+    verdict: Verdict,
+    status: Status,
+    canary: bool,
+    reason: str,
+    carried_from: int | None = None,
+) -> str:
+    """A few words for the terminal: the reason's headline, said as a canary or the gate sees it.
+
+    `reason` is the verdict's own sentence (the analysis's, before the canary logic wraps it); an
+    early stop's note at its start is left out (the row's n and planned_n say it stopped early).
+    """
+    stopped = _EARLY_STOP.match(reason)
+    body = reason[stopped.end() :] if stopped else reason
+    headline = _CLAUSE_BREAK.split(body, maxsplit=1)[0].strip() or str(verdict)
+    if carried_from is not None:
+        # Early stop carries only a flag, and the level's own reason just names where it was seen.
+        headline = f"flagged at c{carried_from}"
+    if canary and status is Status.PASS:
+        return "canary flagged" if carried_from is None else f"canary {headline}"
+    if canary and status is Status.FAIL:
+        return f"canary NOT flagged, {headline}"
+    if verdict is Verdict.INCONCLUSIVE and status is Status.FAIL:
+        return f"{headline}, fails the gate"
+    return headline
+
+
 def _numbers(entry: VerdictFile) -> dict[str, Any]:
     """The table's analysis numbers, from the stored PairedComparison and CellVerdict."""
     v = entry.verdict
@@ -101,6 +156,8 @@ def _numbers(entry: VerdictFile) -> dict[str, Any]:
         "delta_pts": v.delta_pts if pooled else c.delta_pts,
         "ci_low_pts": v.ci_low_pts if pooled else c.ci_low_pts,
         "ci_high_pts": v.ci_high_pts if pooled else c.ci_high_pts,
+        "ci_level": interval_confidence(entry) if pooled else None,
+        "planned_n": v.design.planned_pairs if v.design is not None else None,
         "p_value": v.p_value if pooled else c.p_value,
         "delta_invalid_pts": c.delta_invalid_pts,
         "agreement": c.agreement.exact_match_fraction,
@@ -124,6 +181,7 @@ def build_rows(run: RunResults) -> list[ResultRow]:
             }
             if entry is not None:
                 numbers |= {k: v for k, v in _numbers(entry).items() if v is not None}
+            carried_from = entry.carried_from if entry is not None else None
             rows.append(
                 ResultRow(
                     cell=cell.name,
@@ -137,6 +195,14 @@ def build_rows(run: RunResults) -> list[ResultRow]:
                     status=outcome.status,
                     verdict=outcome.verdict,
                     reason=outcome.reason,
+                    carried_from=carried_from,
+                    short_reason=short_reason(
+                        verdict=outcome.verdict,
+                        status=outcome.status,
+                        canary=outcome.canary,
+                        reason=entry.verdict.reason if entry is not None else outcome.reason,
+                        carried_from=carried_from,
+                    ),
                     baseline_reused_from=reused[0] if reused else None,
                     **numbers,
                 )

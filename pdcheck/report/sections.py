@@ -18,13 +18,16 @@ from pdcheck.sweep.schema import RunSummary
 
 __all__ = [
     "COMPACT_COLUMNS",
-    "RESULT_COLUMNS",
     "STATUS_MARK",
     "cell_text",
+    "count_text",
+    "delta_column",
+    "delta_text",
     "environment_section",
     "failure_details",
     "failure_line",
     "fenced",
+    "interval_levels",
     "methodology_section",
     "overall_line",
     "results_table",
@@ -169,30 +172,58 @@ def _baseline(row: ResultRow) -> str:
     return pct(row.baseline_accuracy) + (" (baseline reused)" if row.baseline_reused_from else "")
 
 
-def _delta(row: ResultRow) -> str:
+def _confidence_text(level: float | None) -> str:
+    """An interval's level as the verdict's reason writes it ("95%"), or that it was not recorded."""
+    return "level not recorded" if level is None else f"{100 * level:g}%"
+
+
+def interval_levels(rows: Sequence[ResultRow]) -> list[float | None]:
+    """The distinct levels of the intervals the rows show, in order of appearance."""
+    levels = [r.ci_level for r in rows if r.ci_low_pts is not None and r.ci_high_pts is not None]
+    return list(dict.fromkeys(levels))
+
+
+def delta_text(row: ResultRow, *, with_level: bool) -> str:
+    """Δ and its interval in points; `with_level` adds the interval's level (when rows differ)."""
     if row.delta_pts is None:
         return "–"
     if row.ci_low_pts is None or row.ci_high_pts is None:
         return pts(row.delta_pts)
-    return f"{pts(row.delta_pts)} [{pts(row.ci_low_pts)}, {pts(row.ci_high_pts)}]"
+    text = f"{pts(row.delta_pts)} [{pts(row.ci_low_pts)}, {pts(row.ci_high_pts)}]"
+    return f"{text} ({_confidence_text(row.ci_level)})" if with_level else text
 
 
-def _count(value: int | None) -> str:
+def count_text(value: int | None) -> str:
     return "–" if value is None else f"{value:,}"
 
 
-RESULT_COLUMNS = (
-    "Config",
-    "c",
-    "Baseline acc",
-    "PD acc",
-    "Δ pts (90% CI)",
-    "p raw / adjusted",
-    "Δinvalid pts",
-    "Greedy agree",
-    "KV tokens",
-    "Verdict",
-)
+def delta_column(levels: Sequence[float | None]) -> str:
+    """The Δ column's name: the one level every interval has, else each cell names its own."""
+    if not levels:
+        return "Δ pts"
+    if len(levels) > 1:
+        return "Δ pts (CI, level per row)"
+    if levels[0] is None:
+        return "Δ pts (CI, level not recorded)"
+    return f"Δ pts ({_confidence_text(levels[0])} CI)"
+
+
+def _result_columns(rows: Sequence[ResultRow]) -> tuple[str, ...]:
+    """The full table's header; the Δ column names the level its intervals were computed at."""
+    return (
+        "Config",
+        "c",
+        "Baseline acc",
+        "PD acc",
+        delta_column(interval_levels(rows)),
+        "p raw / adjusted",
+        "Δinvalid pts",
+        "Greedy agree",
+        "KV tokens",
+        "Verdict",
+    )
+
+
 COMPACT_COLUMNS = ("Config", "c", "Baseline acc", "PD acc", "Verdict")
 
 
@@ -206,7 +237,8 @@ def results_table(
 
     `before` adds a column with the other run's verdict and accuracy (`--against`).
     """
-    header = list(COMPACT_COLUMNS if compact else RESULT_COLUMNS)
+    header = list(COMPACT_COLUMNS if compact else _result_columns(rows))
+    level_per_row = len(interval_levels(rows)) > 1
     if before is not None:
         header.append("Before")
     body = []
@@ -225,11 +257,11 @@ def results_table(
                 str(row.concurrency),
                 _baseline(row),
                 pct(row.pd_accuracy),
-                _delta(row),
+                delta_text(row, with_level=level_per_row),
                 f"{p_value(row.p_value)} / {p_value(row.adjusted_p)}",
                 pts(row.delta_invalid_pts),
                 pct(row.agreement),
-                _count(row.kv_tokens),
+                count_text(row.kv_tokens),
                 _verdict(row),
             ]
         if before is not None:
@@ -296,12 +328,26 @@ def failure_line(row: ResultRow, *, rerun: str, first: DivergentQuestion | None)
     return text
 
 
+def _interval_sentence(levels: Sequence[float | None]) -> str:
+    known = sorted({level for level in levels if level is not None})
+    if not known:
+        return "Tango's paired score interval (its level is not recorded in this results folder)"
+    two_sided = " or ".join(_confidence_text(level) for level in known)
+    one_sided = " or ".join(_confidence_text(1 - (1 - level) / 2) for level in known)
+    return (
+        f"Tango's paired score interval at {two_sided} (1 − 2·α/k, k the looks at which the "
+        "test checks its margin: 1 without early stop), so each end is the one-sided "
+        f"{one_sided} bound the margin rule uses"
+    )
+
+
 def methodology_section(
     *,
     alpha: float | None,
     margin_pts: float | None,
     tie_epsilon_nats: float | None,
     mde_pts: Sequence[float],
+    interval_levels: Sequence[float | None],
 ) -> str:
     """Three lines: the test, the decision thresholds, the power."""
     mde = (
@@ -316,8 +362,8 @@ def methodology_section(
     return "\n".join(
         [
             "- Test: each PD run is paired question by question with its same-run no-PD baseline "
-            "(repeats pooled); Δ = PD − baseline accuracy with a 90% paired CI (Tango's score "
-            "interval: each end is a one-sided 95% bound) and an exact one-sided McNemar p-value.",
+            "(repeats pooled); Δ = PD − baseline accuracy, with an exact one-sided McNemar "
+            f"p-value and {_interval_sentence(interval_levels)}.",
             f"- The run's decision: Holm across the clean tests, so a sweep with no drop fails with "
             f"probability ≤ α = {alpha if alpha is not None else '?'}; the table shows raw and "
             f"adjusted p. REGRESSION needs adjusted p ≤ α while a drop beyond the margin "

@@ -7,10 +7,16 @@ that start no bisect (policies, the plan, refused inputs).
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
+import sys
+
+from click.testing import CliRunner
 
 from pdcheck.bisect import run_bisect
-from tests.unit.bisect.test_bisect import _git, config, make_history
+from pdcheck.cli import cli, main
+from tests.unit.bisect.test_bisect import PREDICATE, _git, config, make_history
 
 
 def test_names_exactly_the_first_bad_commit(tmp_path):
@@ -45,3 +51,39 @@ def test_cache_is_reused_on_a_second_bisect(tmp_path):
     second = run_bisect(config(repo, tmp_path, shas[0], shas[-1]))
     assert second.first_bad == first.first_bad
     assert second.steps and all(s["cached"] for s in second.steps)
+
+
+def _documented_exit_codes() -> dict[int, str]:
+    """The exit codes `pdcheck --help` lists, each with its text (continuation lines joined)."""
+    text = CliRunner().invoke(cli, ["--help"]).output.split("Exit codes", 1)[1]
+    docs: dict[int, str] = {}
+    for line in text.splitlines()[1:]:
+        if m := re.match(r"\s+(\d+)\s{2}(.*)", line):
+            code = int(m[1])
+            docs[code] = m[2]
+        elif docs and line.startswith(" " * 5):
+            docs[code] += " " + line.strip()
+        else:
+            break
+    return docs
+
+
+def _pdcheck_bisect(root, **history) -> int:
+    repo, shas = make_history(root, **history)
+    predicate = shlex.join([sys.executable, "-c", PREDICATE])
+    argv = ["bisect", "--vllm-repo", str(repo), "--good", shas[0], "--bad", shas[-1]]
+    return main([*argv, "--cmd", predicate, "--install", "none", "--out", str(root / "out")])
+
+
+def test_pdcheck_bisect_exits_as_its_help_says(tmp_path, monkeypatch):
+    """Found the first bad commit: 0; only skipped commits left: 1, as `pdcheck --help` says."""
+    monkeypatch.setenv("PDCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    found = _pdcheck_bisect(tmp_path / "found")
+    only_skipped = _pdcheck_bisect(tmp_path / "skipped", broken=(12,))
+    docs = _documented_exit_codes()
+    assert "bisect found the first bad commit" in docs[found], docs
+    assert "bisect was left with only skipped commits" in docs[only_skipped], docs
+    bisect_help = CliRunner().invoke(cli, ["bisect", "--help"]).output
+    exits = " ".join(bisect_help.split("Exit: ", 1)[1].split("\n\n", 1)[0].split())
+    assert f"{found} the first bad commit was found" in exits
+    assert f"{only_skipped} only skipped commits were left" in exits

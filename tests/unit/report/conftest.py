@@ -133,6 +133,7 @@ def write_run(
     text_len: int = 5,
     log_lines: int = 30,
     environment: dict = ENVIRONMENT,
+    analysis: dict | None = None,
 ) -> Path:
     """Write a finished run folder with one cell per plan; returns `root`."""
     spec = SweepSpec(
@@ -143,7 +144,7 @@ def write_run(
             "concurrency": list(concurrency),
         },
         # A 5-point margin lets n=200 clean cells PASS instead of INCONCLUSIVE, keeping the tests fast.
-        analysis={"margin_pts": 5.0},
+        analysis={"margin_pts": 5.0, **(analysis or {})},
     )
     cells = {(c.model.name, c.arm.name): c for c in expand_cells(spec)}
     store = create_run(

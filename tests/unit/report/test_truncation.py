@@ -99,7 +99,7 @@ def test_shedding_goes_details_then_examples_then_charts_then_race_then_columns(
             "first diverging question" in t.lower(),
             "```mermaid" in t,
             "seeds with findings" in t,
-            "Δ pts (90% CI)" in t,
+            "p raw / adjusted" in t,
         )
         for t in texts
     ]
