@@ -167,6 +167,10 @@ def arm_serve_args(cell: Cell, *, role: Role) -> list[str]:
     return []
 
 
+# Linux's loopback interface, as UCX names network devices.
+LOOPBACK_NET_DEVICE = "lo"
+
+
 def build_env(
     cell: Cell,
     *,
@@ -187,7 +191,10 @@ def build_env(
     """
     env: dict[str, str] = {
         "VLLM_PORT": str(ports.vllm_port),
-        "UCX_NET_DEVICES": "all",
+        # NIXL's UCX listens on every network device it may use: a topology on one host keeps
+        # its KV transport on loopback, as every other listener of the run is, unless the cell's
+        # env names devices (or the servers listen off loopback themselves).
+        "UCX_NET_DEVICES": LOOPBACK_NET_DEVICE if cell.serving.host in LOOPBACK_HOSTS else "all",
     }
     if role != "baseline":
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(ports.side_channel)

@@ -9,7 +9,10 @@ differs from the baseline's answer for B (so the comparison can see a wrong tran
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,34 @@ def test_every_cpu_server_forks_an_engine_core_that_runs_its_model_and_waits_ins
             )
             # Without a worker process there are no shared-memory queues to spin on.
             assert not any(s.startswith("shm-spin-sleep-us") for s in marker["switches"]), marker
+
+
+_LOOPBACK_ADDRESSES = ("127.", "::1", "::ffff:127.")
+
+
+def test_a_topology_listens_on_loopback_only(llama_pd):
+    """Every listening TCP socket and bound UDP socket of every process of the running
+    topology (API servers, EngineCores, their NIXL/UCX agents) is on a loopback address: none
+    on the machine's own interfaces, none on a wildcard address."""
+    import psutil
+
+    groups = {process.pid for process in llama_pd.processes}
+    members = [p for p in psutil.process_iter() if _pgid(p.pid) in groups]
+    assert len(members) >= 6, members  # launchers, API servers and EngineCores
+    off_loopback = []
+    for process in members:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for conn in process.net_connections(kind="inet"):
+                listening = conn.status == psutil.CONN_LISTEN or (
+                    conn.type == socket.SOCK_DGRAM and conn.laddr
+                )
+                if listening and not conn.laddr.ip.startswith(_LOOPBACK_ADDRESSES):
+                    off_loopback.append((process.pid, process.name(), conn.laddr))
+    assert off_loopback == []
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None

@@ -109,7 +109,7 @@ def test_reproduces_vllm_run_accuracy_test_sh():
     )
     assert env == {
         "VLLM_PORT": "30000",
-        "UCX_NET_DEVICES": "all",
+        "UCX_NET_DEVICES": "lo",
         "VLLM_NIXL_SIDE_CHANNEL_PORT": "5559",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": "0,1",
@@ -417,3 +417,17 @@ def test_env_layers_cell_then_model_then_plugin():
     assert env["HF_HUB_OFFLINE"] == "1"  # /models/m is a local path
     hub = make_cell(model={"path": "ibm-granite/granite-4.0-h-tiny"})
     assert "HF_HUB_OFFLINE" not in build_env(hub, role="baseline", ports=PORTS, platform="gpu")
+
+
+def test_nixl_transport_stays_on_loopback_unless_servers_listen_off_it():
+    """A topology on loopback (the default) confines UCX to `lo`; servers that listen on another
+    address let UCX use every device; a cell's own UCX_NET_DEVICES wins either way."""
+    ports = ServerPorts(8100, 5559, 30000)
+    on_loopback = make_cell()
+    off_loopback = make_cell(serving={"platform": "cpu", "host": "10.0.0.5"})
+    chosen = make_cell(matrix={"env": [{"UCX_NET_DEVICES": "mlx5_0:1"}]})
+    devices = {
+        name: build_env(cell, role="decode", ports=ports, platform="cpu")["UCX_NET_DEVICES"]
+        for name, cell in (("on", on_loopback), ("off", off_loopback), ("chosen", chosen))
+    }
+    assert devices == {"on": "lo", "off": "all", "chosen": "mlx5_0:1"}
