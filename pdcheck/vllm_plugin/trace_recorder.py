@@ -26,10 +26,11 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 
+from pdcheck.contracts import environment
 from pdcheck.vllm_plugin.trace_format import SCHEMA_VERSION, encode, trace_file_name
 
 logger = logging.getLogger(__name__)
-ENV_VAR = "PDCHECK_TRACE_DIR"
+ENV_VAR = environment.TRACE_DIR.name
 _FLUSH_INTERVAL_S = 0.25  # the writer thread drains, writes and flushes this often (the bar: at least once a second)
 _CHUNK = 128  # events per write call; a write that reaches the file releases the GIL, so the scheduler waits less
 

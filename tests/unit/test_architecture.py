@@ -77,3 +77,89 @@ def test_top_level_all_is_exactly_the_public_names():
         if not n.startswith(("_", "@")) and not inspect.ismodule(getattr(pdcheck, n))
     }
     assert set(pdcheck.__all__) == public | {"__version__"}
+
+
+# Which pdcheck packages each package may import (docs/architecture.md draws the same layers).
+ALLOWED_IMPORTS: dict[str, set[str]] = {
+    "errors": set(),
+    "contracts": set(),
+    "config": {"contracts", "errors"},
+    "serving": {"config", "contracts", "errors"},
+    "evals": {"config", "contracts", "errors"},
+    "analysis": {"config", "evals", "errors"},
+    "sweep": {"analysis", "config", "evals", "serving", "errors"},
+    "report": {"analysis", "config", "evals", "errors"},
+    "cli": {"*"},
+    "__main__": {"cli"},
+    "_vllm": {"contracts", "errors"},
+    "vllm_plugin": {"_vllm", "contracts", "errors"},
+    "race": {"_vllm", "vllm_plugin", "errors"},
+    "bisect": {"errors"},
+    "fixtures": {"config", "evals", "serving", "errors"},
+    "pytest_plugin": {"config", "report", "serving", "sweep", "errors"},
+}
+# Imports against the layers that issue 28 has yet to remove; the list must stay exact.
+KNOWN_DEBTS = {("report", "sweep"), ("sweep", "pytest_plugin")}
+
+
+def _package_imports() -> set[tuple[str, str]]:
+    """(importer, imported) for every import between two top-level parts of pdcheck."""
+    found = set()
+    for path in PACKAGE_DIR.rglob("*.py"):
+        rel = path.relative_to(PACKAGE_DIR)
+        source = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "pdcheck" and len(parts) > 1 and parts[1] != source:
+                    found.add((source, parts[1]))
+    return found
+
+
+def test_packages_import_only_the_layers_below_them():
+    """Every import between pdcheck's packages follows docs/architecture.md's table, but the
+    debts named there; and the debts list is exact, so paying one off updates it."""
+    imports = _package_imports()
+    against = {
+        (src, dst)
+        for src, dst in imports
+        if "*" not in ALLOWED_IMPORTS.get(src, set()) and dst not in ALLOWED_IMPORTS.get(src, set())
+    }
+    assert against == KNOWN_DEBTS
+
+
+def test_architecture_doc_names_only_packages_that_exist():
+    """Each package the table of docs/architecture.md names is a package or module of pdcheck,
+    and the test's layers cover exactly the packages there are."""
+    import re
+
+    doc = (PACKAGE_DIR.parent / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"^\| `([a-z_]+)` \|", doc, flags=re.MULTILINE))
+    existing = {
+        p.name if p.is_dir() else p.stem
+        for p in PACKAGE_DIR.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists())
+        or (p.suffix == ".py" and p.stem != "__init__")
+    }
+    assert named and named <= existing, named - existing
+    assert set(ALLOWED_IMPORTS) - {"__main__"} == named
+
+
+def test_pdcheck_variables_are_spelled_only_in_contracts():
+    """A `PDCHECK_` environment variable's name is a string literal only in
+    pdcheck/contracts/: every reader and writer imports it, so the two sides cannot drift."""
+    spelled = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        rel = path.relative_to(PACKAGE_DIR)
+        if rel.parts[0] == "contracts":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and str(node.value).startswith("PDCHECK_"):
+                spelled.append(f"{rel}:{node.lineno} {node.value}")
+    assert spelled == []
