@@ -32,6 +32,8 @@ class EnvVar:
     read_after_fork: bool
     # What setting it changes in how vLLM runs, as a report names it; None: nothing.
     tunes: str | None = None
+    # False for a value that means nothing to a reader of the report (a socket path).
+    value_in_report: bool = True
 
 
 # pdcheck's namespace: nothing in vLLM's import reads a PDCHECK_ variable.
@@ -75,6 +77,7 @@ VLLM_FORKSERVER = EnvVar(
     Reader.LAUNCHER,
     True,
     "the API server is forked from a process that imported vLLM once (pdcheck's fork server)",
+    value_in_report=False,
 )
 CPU_FORK_SERVER = EnvVar("PDCHECK_CPU_FORK_SERVER", Reader.PDCHECK, True)
 CACHE_DIR = EnvVar("PDCHECK_CACHE_DIR", Reader.PDCHECK, True)

@@ -28,6 +28,7 @@ from pdcheck.report.sections import (
     methodology_section,
     overall_line,
     results_table,
+    tuning_lines,
 )
 from pdcheck.sweep.results import RunResults
 from pdcheck.sweep.summary import run_summary
@@ -174,7 +175,15 @@ def render_markdown(
         overall_line(run_summary(run), rows),
         "## Environment",
         environment_section(
-            run.info.environment, dataset_sha256=_dataset_sha(run), arm_fixes=_arm_fixes(run)
+            run.info.environment,
+            dataset_sha256=_dataset_sha(run),
+            arm_fixes=_arm_fixes(run),
+            tuning=tuning_lines(
+                server
+                for cell in run.cells
+                for topology in cell.servers
+                for server in topology.servers
+            ),
         ),
         "## Results",
     ]

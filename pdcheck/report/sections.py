@@ -12,6 +12,7 @@ from typing import Any
 
 from pdcheck import __version__
 from pdcheck.analysis.verdict import Status
+from pdcheck.contracts import environment as contract_env
 from pdcheck.report.details import DivergentQuestion, LogTail
 from pdcheck.report.rows import ResultRow
 from pdcheck.sweep.schema import RunSummary
@@ -104,13 +105,34 @@ def _gpus(environment: dict[str, Any]) -> str:
     return ", ".join(f"{n}× {name}" for name, n in names.items())
 
 
+def tuning_lines(servers: Iterable[Any]) -> list[str]:
+    """What pdcheck changed in how vLLM ran: each variable it set on the servers that changes
+    vLLM's behaviour (`pdcheck.contracts.environment`), with its values and the roles it was on."""
+    values: dict[str, set[str]] = {}
+    roles: dict[str, set[str]] = {}
+    for server in servers:
+        for name, value in server.env.items():
+            var = contract_env.REGISTRY.get(name)
+            if var is not None and var.tunes is not None:
+                values.setdefault(name, set()).add(value)
+                roles.setdefault(name, set()).add(server.role)
+    lines = []
+    for name in sorted(values):
+        var = contract_env.REGISTRY[name]
+        shown = f"{name}={'|'.join(sorted(values[name]))}" if var.value_in_report else name
+        lines.append(f"  - `{shown}` ({', '.join(sorted(roles[name]))}): {var.tunes}")
+    return lines
+
+
 def environment_section(
     environment: dict[str, Any],
     *,
     dataset_sha256: str | None,
     arm_fixes: dict[str, tuple[str, ...]],
+    tuning: Sequence[str] = (),
 ) -> str:
-    """What ran: vLLM, hardware, nixl, pdcheck, data, and which race fixes this vLLM has."""
+    """What ran: vLLM, hardware, nixl, pdcheck, data, which race fixes this vLLM has, and what
+    pdcheck changed in how vLLM ran (`tuning_lines`)."""
     if environment.get("attached"):
         return "\n".join(
             [
@@ -135,6 +157,8 @@ def environment_section(
         f"- dataset sha256: `{dataset_sha256 or 'unknown'}`",
         f"- race fixes in this vLLM: {fix_text or 'unknown'}",
     ]
+    if tuning:
+        lines += ["- pdcheck changed how vLLM ran (environment it set on the servers):", *tuning]
     for arm, disabled in sorted(arm_fixes.items()):
         lacking = [fix for fix in disabled if fixes.get(fix) is False]
         if lacking:

@@ -88,7 +88,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "evals": {"config", "contracts", "errors"},
     "analysis": {"config", "evals", "errors"},
     "sweep": {"analysis", "config", "evals", "serving", "errors"},
-    "report": {"analysis", "config", "evals", "errors"},
+    "report": {"analysis", "config", "contracts", "evals", "errors"},
     "cli": {"*"},
     "__main__": {"cli"},
     "_vllm": {"contracts", "errors"},
