@@ -132,6 +132,7 @@ class Operating:
     flag: float  # P(REGRESSION) at the design's alpha_test
     flag_by_look: tuple[float, ...]  # P(REGRESSION at look k), one per look
     within: float  # P(an interim look showed the margin and stopped for PASS)
+    within_end: float  # P(the test reached its last look and that look showed the margin)
     expected_pairs: float
 
 
@@ -165,7 +166,7 @@ def operating(
         )
 
     state = np.ones((1, 1))
-    flag = within = pairs = 0.0
+    flag = within = within_end = pairs = 0.0
     by_look: list[float] = []
     done = 0
     for k, look in enumerate(design.looks):
@@ -183,7 +184,9 @@ def operating(
         flag += stop
         by_look.append(stop)
         state[rejected] = 0.0
-        if k < len(design.looks) - 1 and look.equivalence:
+        if k == len(design.looks) - 1:
+            within_end = float(state[design.within_margin(w, b, look.pairs)].sum())
+        elif look.equivalence:
             shown = design.within_margin(w, b, look.pairs)
             passed = float(state[shown].sum())
             within += passed
@@ -197,6 +200,7 @@ def operating(
         flag=min(flag, 1.0),
         flag_by_look=tuple(by_look),
         within=within,
+        within_end=within_end,
         expected_pairs=pairs,
     )
 

@@ -60,3 +60,31 @@ def test_an_underpowered_clean_sweep_fails_unless_allowed(sweep_file, servers, t
     assert result["verdict"] == "INCONCLUSIVE" and "we could not tell" in result["reason"]
     sweep_file.write_text(sweep_file.read_text() + "  allow_inconclusive: true\n")
     assert _sweep(sweep_file, tmp_path / "allowed", CLEAN, good.url, base.url) == 0
+
+
+def test_an_injecting_arm_is_a_canary_whether_or_not_it_says_so():
+    """An arm with `inject:` and no `canary: true` is outside the family (issue 30: it was
+    counted as a clean test, F = 4 instead of 2)."""
+    spec = SweepSpec(
+        name="f",
+        models=[{"name": "m", "path": "fixture:tiny-llama"}],
+        matrix={
+            "arms": ["fixes-on", {"name": "zap", "inject": "zero-loaded-kv:0.5"}],
+            "async_scheduling": [True],
+            "concurrency": [1, 8],
+        },
+    )
+    cells = expand_cells(spec)
+    assert {c.arm.name: c.arm.canary for c in cells} == {"fixes-on": False, "zap": True}
+    assert clean_tests(cells) == 2
+
+
+def test_the_family_counts_suspect_hypotheses_where_suspect_is_judged():
+    """With logprobs and 2 repeats SUSPECT is judged at every clean level, so each counts twice."""
+    spec = SweepSpec(
+        name="f",
+        models=[{"name": "m", "path": "fixture:tiny-llama"}],
+        eval={"logprobs": True, "repeats": 2},
+        matrix={"arms": ["fixes-on"], "async_scheduling": [True], "concurrency": [1, 8]},
+    )
+    assert clean_tests(expand_cells(spec)) == 4
