@@ -39,6 +39,7 @@ __all__ = [
     "power_at",
     "power_rule",
     "summarize_power",
+    "tolerated_discordance",
 ]
 
 DEFAULT_POWER = 0.8
@@ -264,3 +265,29 @@ def power_rule(
         target=target,
         baseline_accuracy=baseline_accuracy,
     )
+
+
+def tolerated_discordance(
+    design: Design, *, extra_pts: float, target: float = DEFAULT_POWER, tolerance: float = 0.001
+) -> float:
+    """The largest discordance d at which `design` still meets the power rule: P(flag | drop =
+    margin + `extra_pts`) ≥ `target`. Above it a clean cell is INCONCLUSIVE by construction
+    (its n cannot exclude the drop), which fails the gate unless INCONCLUSIVE is allowed.
+
+    0 when even d = the drop (every discordant pair PD-worse) is underpowered. Power falls as d
+    rises (more discordant pairs at the same drop), so bisection finds it to `tolerance`.
+    """
+    drop = (design.margin_pts + extra_pts) / 100.0
+
+    def powered(d: float) -> bool:
+        return power_rule(design, discordance=d, extra_pts=extra_pts, target=target).power >= target
+
+    if not powered(drop):
+        return 0.0
+    if powered(1.0):
+        return 1.0
+    lo, hi = drop, 1.0
+    while hi - lo > tolerance:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if powered(mid) else (lo, mid)
+    return lo
