@@ -5,35 +5,12 @@ docs/analysis.md quotes)."""
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pytest
 
-from tests.unit.analysis.test_simulation import ALPHA
-from tests.unit.analysis.test_sweep_promise import DISCORDANCES, SETTINGS, simulate_clean_sweeps
+from tests.unit.analysis.test_sweep_promise import SETTINGS, check_clean_sweeps
 
 
 @pytest.mark.parametrize(("repeats", "early_stop", "suspect"), SETTINGS)
 def test_a_clean_sweep_fails_at_most_alpha_3000_sweeps(repeats, early_stop, suspect):
     """≤ alpha + 3 s.e. for every d, merged and for every shard count."""
-    sims = 3000
-    rng = np.random.default_rng(300 + 10 * repeats + 2 * early_stop + suspect)
-    bound = ALPHA + 3 * (ALPHA * (1 - ALPHA) / sims) ** 0.5
-    for d in DISCORDANCES:
-        r = simulate_clean_sweeps(
-            rng, d=d, repeats=repeats, early_stop=early_stop, suspect=suspect, sims=sims
-        )
-        print(
-            json.dumps(
-                {
-                    "d": d,
-                    "repeats": repeats,
-                    "early_stop": early_stop,
-                    "suspect": suspect,
-                    **vars(r),
-                }
-            )
-        )
-        assert r.any_flag <= bound, (d, r)
-        assert max(r.shard_fails.values()) <= r.any_flag, (d, r)
+    check_clean_sweeps(repeats=repeats, early_stop=early_stop, suspect=suspect, sims=3000, seed=300)
