@@ -328,8 +328,19 @@ def decide(
             f"{stopped}within the margin: the drop is at most {-100 * lo:.2f} pts ≤ {effective:.2f} "
             f"({100 * (1 - design.equivalence_alpha):g}% one-sided bound); {delta}, {p_text}",
         )
+    # Failed requests (or a run cut short) left fewer pairs than planned: the power is that of
+    # the pairs the test had, not of the plan (an early stop chose to stop: its plan stands).
+    powered_design = design
+    if d.early_stop is None and 0 < n < design.planned_pairs:
+        powered_design = Design.plan(
+            n,
+            alpha=design.alpha,
+            margin_pts=design.margin_pts,
+            family_size=design.family_size,
+            early_stop=len(design.looks) > 1,
+        )
     rule = power_rule(
-        design,
+        powered_design,
         discordance=discordance,
         extra_pts=policy.power_extra_pts,
         baseline_accuracy=baseline_acc,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pdcheck.analysis import Verdict, compare_paired, decide
+from pdcheck.analysis import verdict as verdict_rules
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.family import FamilyMember, decide_alone, decide_family, holm_adjust
 from pdcheck.analysis.sequential import sequential_result
@@ -195,3 +196,29 @@ def test_a_shard_judges_with_the_whole_selections_family():
     ]
     assert decide_family(shard, alpha=0.05)[0].flagged  # the old call: a family of 12
     assert not decide_family(shard, alpha=0.05, family_size=24)[0].flagged
+
+
+def test_the_power_rule_uses_the_pairs_the_test_had():
+    """A test planned for 1319 pairs that got 300 (the rest failed on both sides) is judged
+    underpowered at 300, not powered by the 1319 it planned (issue 30)."""
+    base, pd = paired_sides(both=250, worse=5, better=5, neither=40)
+    failed = [record(300 + i, correct=False, ok=False) for i in range(1019)]
+    comparison = compare_paired([*base, *failed], [*pd, *failed])
+    design = Design.plan(1319, alpha=0.05, margin_pts=2.0, family_size=24)
+    policy = AnalysisPolicy(max_error_rate=1.0)
+    runs = [([*base, *failed], [*pd, *failed])]
+    seq = sequential_result(runs, design)
+    member = FamilyMember(
+        key="t", p_value=seq.p_value, sequential_p=seq.sequential_p, within_margin=seq.within_margin
+    )
+    decision = verdict_rules.TestDecision(
+        design=design,
+        member=member,
+        family=decide_alone(member, alpha=0.05, family_size=24),
+        worse=seq.worse,
+        better=seq.better,
+        n_pairs=seq.n_pairs,
+    )
+    v = decide(comparison, policy=policy, decision=decision)
+    assert seq.n_pairs == 300
+    assert v.verdict is Verdict.INCONCLUSIVE and "underpowered" in v.reason, v.reason
