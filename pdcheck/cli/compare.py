@@ -66,7 +66,8 @@ def _tables(c: PairedComparison) -> list[Table]:
         )
 
     paired = Table(
-        title=f"Paired (n={c.n_pairs}, {100 * (1 - 2 * c.alpha):g}% Tango CI, one-sided exact McNemar)"
+        title=f"Paired (n={c.n_pairs}, every repeat; {100 * (1 - 2 * c.alpha):g}% exact CI, "
+        "one-sided exact McNemar)"
     )
     for col in ("metric", "Δ pts (PD − baseline)", "CI low", "CI high", "p / counts"):
         paired.add_column(col)

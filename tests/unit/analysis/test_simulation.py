@@ -131,8 +131,9 @@ def test_three_point_drop_is_flagged_90_percent_at_d_5(early_stop):
 
 
 def test_forty_point_collapse_stops_within_60_questions():
-    """A 40-point drop (on a 5% disagreement) is stopped at the 30- or 60-pair look ≥ 95% of the
-    time even at alpha/24; a lone test (a canary, `compare`) does so even with independent sides."""
+    """A 40-point drop (42.5% of pairs PD-worse, 2.5% PD-better: d = 45%) is stopped at the 30-
+    or 60-pair look ≥ 95% of the time even at alpha/24; a lone test (a canary, `compare`) does so
+    even with independent sides."""
     clean = _design(1, True)
     lone = _design(1, True, family_size=1)
     early = sum(look.pairs <= 60 for look in clean.looks)
