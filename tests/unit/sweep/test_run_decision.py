@@ -7,8 +7,8 @@ import json
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.config import SweepSpec, expand_cells
 from pdcheck.sweep import load_run
-from pdcheck.sweep.judging import clean_tests, judge_level
-from pdcheck.sweep.store import CellStore
+from pdcheck.sweep.judging import apply_family, clean_tests, judge_level
+from pdcheck.sweep.store import CellStore, open_run
 from tests.unit.report.conftest import CellPlan, write_run
 from tests.unit.sweep.test_cli_sweep import CLEAN, _sweep
 
@@ -88,3 +88,23 @@ def test_the_family_counts_suspect_hypotheses_where_suspect_is_judged():
         matrix={"arms": ["fixes-on"], "async_scheduling": [True], "concurrency": [1, 8]},
     )
     assert clean_tests(expand_cells(spec)) == 4
+
+
+def test_a_shard_applies_holm_in_the_whole_selections_family(tmp_path):
+    """A shard holding 2 of a selection's 4 clean tests: at finish its levels are adjusted in the
+    planned family of 4 (4 × 0.016, no REGRESSION), not its own 2 (2 × 0.016 ≤ 0.05: the
+    REGRESSION a shard used to give that the merged run did not)."""
+    root = write_run(tmp_path / "run", [CellPlan("fixes-on", model="tiny-llama", drops={1: 6})])
+    cell = next(c for c in load_run(root).cells)
+    spec = cell.spec
+    assert spec is not None and cell.provenance is not None
+    cs = CellStore(root, cell.dirname, cell.provenance)
+    for c in spec.concurrency:  # judged as the shard's engine judges: alone, at alpha / 4
+        judge_level(spec, cs, c, family_size=4)
+    store = open_run(root)
+    assert store is not None
+    apply_family(store)
+    v = load_run(root).cells[0].verdicts[1].verdict
+    assert v.family_size == 4 and v.p_value is not None
+    assert v.adjusted_p_value is not None and abs(v.adjusted_p_value - 4 * v.p_value) < 1e-12
+    assert v.verdict is not Verdict.REGRESSION, v.reason
