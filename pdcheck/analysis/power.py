@@ -275,7 +275,8 @@ def tolerated_discordance(
     (its n cannot exclude the drop), which fails the gate unless INCONCLUSIVE is allowed.
 
     0 when even d = the drop (every discordant pair PD-worse) is underpowered. Power falls as d
-    rises (more discordant pairs at the same drop), so bisection finds it to `tolerance`.
+    rises (more discordant pairs at the same drop), so doubling brackets it and bisection finds
+    it to `tolerance` (doubling first: the lattice, and the cost, grow with d).
     """
     drop = (design.margin_pts + extra_pts) / 100.0
 
@@ -284,9 +285,14 @@ def tolerated_discordance(
 
     if not powered(drop):
         return 0.0
-    if powered(1.0):
-        return 1.0
-    lo, hi = drop, 1.0
+    lo = drop
+    while True:
+        hi = min(2.0 * lo, 1.0)
+        if not powered(hi):
+            break
+        if hi == 1.0:
+            return 1.0
+        lo = hi
     while hi - lo > tolerance:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if powered(mid) else (lo, mid)

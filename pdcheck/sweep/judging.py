@@ -13,7 +13,7 @@ family of the planned F, and re-judges the levels whose call it changes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.family import FamilyMember, FamilyVerdict, decide_alone, decide_family
@@ -29,6 +29,7 @@ from pdcheck.analysis.verdict import (
     suspect_p,
 )
 from pdcheck.config import Cell, level_expectation
+from pdcheck.evals.dataset import SYNTH_N_TEST
 from pdcheck.evals.records import QuestionRecord
 from pdcheck.sweep.plan import SIDES, Unit
 from pdcheck.sweep.results import CellResult
@@ -90,6 +91,57 @@ def level_design(
         family_size=1 if canary else max(family_size, 1),
         early_stop=early_stop,
     )
+
+
+def planned_questions(cell: Cell) -> int:
+    """The questions a level of `cell` asks per repeat: its limit, else GSM8K's test split (the
+    synthetic stand-in has as many) from its offset."""
+    return cell.eval.limit or max(SYNTH_N_TEST - cell.eval.offset, 1)
+
+
+def clean_level_designs(
+    cells: Sequence[Cell], *, family_size: int
+) -> list[tuple[Cell, int, Design]]:
+    """(cell, concurrency, design) of every clean level of `cells`, as a run would plan them."""
+    return [
+        (
+            cell,
+            c,
+            level_design(
+                cell,
+                c,
+                family_size=family_size,
+                planned_questions=planned_questions(cell),
+                early_stop=cell.analysis.early_stop,
+            ),
+        )
+        for cell in cells
+        for c in cell.concurrency
+        if not level_expectation(cell, c).flag
+    ]
+
+
+def sizing_lines(cells: Sequence[Cell], *, family_size: int) -> list[str]:
+    """For each distinct clean design of `cells`, the largest discordance d at which it still
+    meets the power rule, and what to change past it (`pdcheck validate`, `--dry-run`)."""
+    from pdcheck.analysis.power import tolerated_discordance
+
+    groups: dict[tuple[Design, float], list[str]] = {}
+    for cell, c, design in clean_level_designs(cells, family_size=family_size):
+        key = (design, cell.analysis.power_extra_pts)
+        groups.setdefault(key, []).append(f"{cell.name}@c{c}")
+    lines = []
+    for (design, extra), levels in groups.items():
+        d = tolerated_discordance(design, extra_pts=extra, tolerance=0.0025)
+        early = ", early stop" if len(design.looks) > 1 else ""
+        lines.append(
+            f"sizing: {len(levels)} clean level(s) of {design.planned_pairs} pairs (margin "
+            f"{design.margin_pts:g} pts, {design.family_size} hypotheses{early}) PASS only while "
+            f"PD and the baseline disagree on at most d = {100 * d:.1f}% of pairs; above it they are "
+            "INCONCLUSIVE by construction (fix: more questions, eval.repeats, a wider "
+            "analysis.margin_pts, or the bit-exact mode)"
+        )
+    return lines
 
 
 def live_test(

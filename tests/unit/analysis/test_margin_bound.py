@@ -16,10 +16,9 @@ import pytest
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.power import operating
 from pdcheck.analysis.stats import drop_bounds
-from pdcheck.config import expand_cells, level_expectation, load_sweep
+from pdcheck.config import expand_cells, load_sweep
 from pdcheck.config.load import SWEEPS_DIR
-from pdcheck.evals.dataset import SYNTH_N_TEST
-from pdcheck.sweep.judging import clean_tests, level_design
+from pdcheck.sweep.judging import clean_level_designs, clean_tests
 
 DISCORDANCE_FACTORS = (1.0, 1.02, 1.1, 1.3, 1.6, 2.0, 3.0, 5.0)
 DISCORDANCES = (0.05, 0.1, 0.2, 0.4)
@@ -32,19 +31,8 @@ def shipped_designs() -> dict[str, Design]:
     designs: dict[str, Design] = {}
     for path in sorted(SWEEPS_DIR.glob("*.yaml")):
         cells = expand_cells(load_sweep(str(path)))
-        family = clean_tests(cells)
-        for cell in cells:
-            for c in cell.concurrency:
-                if level_expectation(cell, c).flag:
-                    continue
-                design = level_design(
-                    cell,
-                    c,
-                    family_size=family,
-                    planned_questions=cell.eval.limit or SYNTH_N_TEST,
-                    early_stop=cell.analysis.early_stop,
-                )
-                designs.setdefault(f"{path.stem}: {design.planned_pairs} pairs", design)
+        for _cell, _c, design in clean_level_designs(cells, family_size=clean_tests(cells)):
+            designs.setdefault(f"{path.stem}: {design.planned_pairs} pairs", design)
     return designs
 
 

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import json
 
+from pdcheck.analysis.power import tolerated_discordance
 from pdcheck.analysis.verdict import Verdict
-from pdcheck.config import SweepSpec, expand_cells
+from pdcheck.cli import main
+from pdcheck.config import SweepSpec, expand_cells, load_sweep
 from pdcheck.sweep import load_run
-from pdcheck.sweep.judging import apply_family, clean_tests, judge_level
+from pdcheck.sweep.judging import (
+    apply_family,
+    clean_level_designs,
+    clean_tests,
+    judge_level,
+)
 from pdcheck.sweep.store import CellStore, open_run
 from tests.unit.report.conftest import CellPlan, write_run
 from tests.unit.sweep.test_cli_sweep import CLEAN, _sweep
@@ -108,3 +115,15 @@ def test_a_shard_applies_holm_in_the_whole_selections_family(tmp_path):
     assert v.family_size == 4 and v.p_value is not None
     assert v.adjusted_p_value is not None and abs(v.adjusted_p_value - 4 * v.p_value) < 1e-12
     assert v.verdict is not Verdict.REGRESSION, v.reason
+
+
+def test_validate_prints_the_discordance_each_clean_design_tolerates(sweep_file, capsys):
+    """`pdcheck validate` names, per clean design, the largest d its power rule allows, the one
+    `tolerated_discordance` computes, with the fix past it."""
+    cells = expand_cells(load_sweep(str(sweep_file)))
+    cell, _c, design = clean_level_designs(cells, family_size=clean_tests(cells))[0]
+    d = tolerated_discordance(design, extra_pts=cell.analysis.power_extra_pts, tolerance=0.0025)
+    assert main(["validate", str(sweep_file)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"at most d = {100 * d:.1f}% of pairs" in out
+    assert "INCONCLUSIVE by construction" in out and "eval.repeats" in out
