@@ -148,13 +148,17 @@ class Design:
         n: npt.ArrayLike,
         *,
         alpha_test: float | None = None,
+        within: Bools | None = None,
     ) -> Bools:
-        """Look `look` rejects "no drop" at `alpha_test` (default alpha/F) and the margin is not shown."""
+        """Look `look` rejects "no drop" at `alpha_test` (default alpha/F) and the margin is not
+        shown (`within`: `within_margin` of the same counts, when the caller has it)."""
         level = self.looks[look].alpha_share * (
             self.alpha_test if alpha_test is None else alpha_test
         )
         significant = mcnemar_worse_p(worse, better) <= level
-        return np.asarray(significant & ~self.within_margin(worse, better, n), dtype=np.bool_)
+        if within is None:
+            within = self.within_margin(worse, better, n)
+        return np.asarray(significant & ~within, dtype=np.bool_)
 
     def sequential_p(self, outcomes: tuple[LookOutcome, ...]) -> float:
         """min over the reached looks of p_k / s_k, leaving out looks that showed the margin; ≤ 1."""

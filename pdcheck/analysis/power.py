@@ -180,15 +180,15 @@ def operating(
         done = look.pairs
         w = np.arange(shape[0])[:, None]
         b = np.arange(shape[1])[None, :]
-        rejected = design.rejects(k, w, b, look.pairs, alpha_test=alpha_test)
+        shown = design.within_margin(w, b, look.pairs)
+        rejected = design.rejects(k, w, b, look.pairs, alpha_test=alpha_test, within=shown)
         stop = float(state[rejected].sum())
         flag += stop
         by_look.append(stop)
         state[rejected] = 0.0
         if k == len(design.looks) - 1:
-            within_end = float(state[design.within_margin(w, b, look.pairs)].sum())
+            within_end = float(state[shown].sum())
         elif look.equivalence:
-            shown = design.within_margin(w, b, look.pairs)
             passed = float(state[shown].sum())
             within += passed
             stop += passed

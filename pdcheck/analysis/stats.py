@@ -102,6 +102,13 @@ def _cp_lower(k: Floats, n: Floats, alpha: float) -> Floats:
     return 1.0 - _cp_upper(n - k, n, alpha)
 
 
+def _drop_upper(w: Floats, m: Floats, nn: Floats, alpha: float) -> tuple[Floats, Floats]:
+    """(θ_up, d_up·(2θ_up − 1)): the upper bound where θ_up > ½ (elsewhere it is ≤ 0)."""
+    theta_up = _cp_upper(w, m, (1.0 - D_SHARE) * alpha)
+    d_up = _cp_upper(m, nn, D_SHARE * alpha)
+    return theta_up, np.asarray((2.0 * theta_up - 1.0) * d_up, dtype=np.float64)
+
+
 def drop_bounds(
     worse: npt.ArrayLike, better: npt.ArrayLike, n: npt.ArrayLike, *, alpha: float
 ) -> tuple[Floats, Floats]:
@@ -117,13 +124,12 @@ def drop_bounds(
     its size uses d's bounds at D_SHARE·alpha, so it holds with probability ≥ 1 − (1 + D_SHARE)·alpha.
     """
     w = np.asarray(worse, dtype=np.float64)
-    b = np.asarray(better, dtype=np.float64)
     nn = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
-    m = w + b
+    m = w + np.asarray(better, dtype=np.float64)
     d_up, d_low = _cp_upper(m, nn, D_SHARE * alpha), _cp_lower(m, nn, D_SHARE * alpha)
-    theta_up = _cp_upper(w, m, (1.0 - D_SHARE) * alpha)
+    theta_up, positive_up = _drop_upper(w, m, nn, alpha)
     theta_low = np.where(m > 0, _cp_lower(w, m, alpha), 0.0)
-    up = (2.0 * theta_up - 1.0) * np.where(theta_up > 0.5, d_up, d_low)
+    up = np.where(theta_up > 0.5, positive_up, (2.0 * theta_up - 1.0) * d_low)
     low = (2.0 * theta_low - 1.0) * np.where(theta_low < 0.5, d_up, d_low)
     return np.asarray(low, dtype=np.float64), np.asarray(up, dtype=np.float64)
 
@@ -139,13 +145,17 @@ def drop_within_margin(
     """True where the exact one-sided 1 − alpha upper bound on the drop is at most `margin_pts`.
 
     So at a true drop of exactly the margin (or more) this says "within" with probability at
-    most alpha, for every n and discordance (`drop_bounds`).
+    most alpha, for every n and discordance (`drop_bounds`). Where θ_up ≤ ½ the bound is ≤ 0,
+    so only the positive branch is computed (this runs on whole lattices in `power.operating`).
     """
     nn = np.asarray(n)
-    _, up = drop_bounds(worse, better, nn, alpha=alpha)
+    w = np.asarray(worse, dtype=np.float64)
+    m = w + np.asarray(better, dtype=np.float64)
+    theta_up, up = _drop_upper(w, m, np.maximum(nn.astype(np.float64), 1.0), alpha)
     # A hair of slack: 1 − 1e-12 of the margin, so float rounding never decides a boundary case
     # in the liberal direction.
-    return np.asarray((up <= margin_pts / 100.0 * (1 - 1e-12)) & (nn > 0), dtype=np.bool_)
+    shown = (theta_up <= 0.5) | (up <= margin_pts / 100.0 * (1 - 1e-12))
+    return np.asarray(shown & (nn > 0), dtype=np.bool_)
 
 
 def tango_interval(

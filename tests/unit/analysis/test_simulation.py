@@ -77,7 +77,8 @@ def _simulate(rng, design: Design, p_worse, p_better, sims: int):
         within_last = np.where(alive, within, within_last)
         if k < len(design.looks) - 1:
             stop = alive & (
-                design.rejects(k, worse, better, look.pairs) | (within & look.equivalence)
+                design.rejects(k, worse, better, look.pairs, within=within)
+                | (within & look.equivalence)
             )
             used = np.where(stop, look.pairs, used)
             alive &= ~stop
