@@ -124,9 +124,25 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
+    """Finish the run folder, and let the run's decision set the exit status.
+
+    Items are judged as their cells finish, at alpha / F; the run's decision (Holm over every
+    clean test, at finish) can flag a level whose item already passed. pytest then exits as
+    `pdcheck sweep` would: 1 when the run failed, even if every item passed.
+    """
     if not session.config.getoption("pdcheck_sweep"):
         return
     from pdcheck.report import render_markdown
     from pdcheck.sweep.pytest_items import finish_session
 
-    finish_session(session.config, render_report=render_markdown)
+    code = finish_session(session.config, render_report=render_markdown)
+    if code and session.exitstatus == 0:
+        import pytest
+
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"pdcheck: the run's decision fails (exit code {code} in summary.json): Holm "
+                "across the clean tests flagged a level whose item passed; see report.md"
+            )

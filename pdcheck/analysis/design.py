@@ -5,7 +5,7 @@ repeat's pairs pooled in one stream (repeat 0's pairs in finish order, then repe
 Among the discordant pairs, W are PD-worse and B PD-better; the drop is (W − B)/n.
 
 **Looks.** Without early stop there is one look, at the end. With early stop there are a few
-looks fixed in advance: after 20, 40 and 60 pairs (so a collapse stops within 60 questions),
+looks fixed in advance: after 30 and 60 pairs (so a collapse stops within 60 questions),
 at a quarter, half and three quarters of the planned pairs, and at the end. Each look k owns
 a share s_k of the test's alpha (`EARLY_SHARE`, `QUARTER_SHARE`, the rest at the end; the
 shares sum to 1).
@@ -14,21 +14,24 @@ shares sum to 1).
 compared with s_k·alpha_test. By Bonferroni over the looks,
 P(some look rejects | no drop) ≤ Σ s_k·alpha_test = alpha_test, whatever the looks'
 correlation, and the conditional binomial is exact at any count, so no normal approximation
-is needed at 20 pairs. The test's sequential p-value is p_seq = min_k p_k / s_k over the looks
+is needed at 30 pairs. The test's sequential p-value is p_seq = min_k p_k / s_k over the looks
 it reached; it is a valid p-value (P(p_seq ≤ u) ≤ u), so the run can apply Holm to it
 (`family.py`). The early stop and the final test are the same test: one alpha, spent once.
 
 **Margin.** The margin is judged on a confidence bound, never on the running estimate: a look
-whose one-sided upper bound on the drop (Tango, at `equivalence_alpha`) is at most the margin
-has *shown* the drop is within the margin. Such a look cannot reject, and with early stop an
-interim look that shows it stops the test: PASS is then certain ("within the margin"). The
-bound is checked at the quarter looks and the end, each at alpha / (number of those looks),
-so the chance that a drop beyond the margin is ever called "within" is at most alpha. Both
+whose one-sided upper bound on the drop (`stats.drop_bounds`, exact, at `equivalence_alpha`)
+is at most the margin has *shown* the drop is within the margin. Such a look cannot reject,
+and with early stop an interim look that shows it stops the test: PASS is then certain
+("within the margin"). The bound is checked at the quarter looks and the end, each at
+alpha / (number of those looks), so by Bonferroni over those looks the chance that a drop of
+the margin or more is ever called "within" is at most alpha, for every n and discordance
+(checked exactly for the shipped designs in `tests/unit/analysis/test_margin_bound.py`). Both
 rules only remove rejections, so neither costs false-alarm control; what they cost in power
 is in the exact power (`power.py`), which is computed for this same design.
 
-`alpha_test` is alpha / family_size: the level a test gets when it is the only one that
-regresses in a run of `family_size` clean tests, i.e. Holm's first step. Stopping early for a
+`alpha_test` is alpha / family_size: the level a hypothesis gets at Holm's first step, the
+family being every hypothesis of the run's clean tests (`family.py`: each test's accuracy
+hypothesis, and its SUSPECT hypothesis where SUSPECT is judged). Stopping early for a
 regression at that level is consistent with Holm at the end (a p_seq ≤ alpha/F is always
 rejected by Holm).
 """
@@ -145,13 +148,17 @@ class Design:
         n: npt.ArrayLike,
         *,
         alpha_test: float | None = None,
+        within: Bools | None = None,
     ) -> Bools:
-        """Look `look` rejects "no drop" at `alpha_test` (default alpha/F) and the margin is not shown."""
+        """Look `look` rejects "no drop" at `alpha_test` (default alpha/F) and the margin is not
+        shown (`within`: `within_margin` of the same counts, when the caller has it)."""
         level = self.looks[look].alpha_share * (
             self.alpha_test if alpha_test is None else alpha_test
         )
         significant = mcnemar_worse_p(worse, better) <= level
-        return np.asarray(significant & ~self.within_margin(worse, better, n), dtype=np.bool_)
+        if within is None:
+            within = self.within_margin(worse, better, n)
+        return np.asarray(significant & ~within, dtype=np.bool_)
 
     def sequential_p(self, outcomes: tuple[LookOutcome, ...]) -> float:
         """min over the reached looks of p_k / s_k, leaving out looks that showed the margin; ≤ 1."""

@@ -39,6 +39,7 @@ __all__ = [
     "power_at",
     "power_rule",
     "summarize_power",
+    "tolerated_discordance",
 ]
 
 DEFAULT_POWER = 0.8
@@ -132,6 +133,7 @@ class Operating:
     flag: float  # P(REGRESSION) at the design's alpha_test
     flag_by_look: tuple[float, ...]  # P(REGRESSION at look k), one per look
     within: float  # P(an interim look showed the margin and stopped for PASS)
+    within_end: float  # P(the test reached its last look and that look showed the margin)
     expected_pairs: float
 
 
@@ -165,7 +167,7 @@ def operating(
         )
 
     state = np.ones((1, 1))
-    flag = within = pairs = 0.0
+    flag = within = within_end = pairs = 0.0
     by_look: list[float] = []
     done = 0
     for k, look in enumerate(design.looks):
@@ -178,13 +180,15 @@ def operating(
         done = look.pairs
         w = np.arange(shape[0])[:, None]
         b = np.arange(shape[1])[None, :]
-        rejected = design.rejects(k, w, b, look.pairs, alpha_test=alpha_test)
+        shown = design.within_margin(w, b, look.pairs)
+        rejected = design.rejects(k, w, b, look.pairs, alpha_test=alpha_test, within=shown)
         stop = float(state[rejected].sum())
         flag += stop
         by_look.append(stop)
         state[rejected] = 0.0
-        if k < len(design.looks) - 1 and look.equivalence:
-            shown = design.within_margin(w, b, look.pairs)
+        if k == len(design.looks) - 1:
+            within_end = float(state[shown].sum())
+        elif look.equivalence:
             passed = float(state[shown].sum())
             within += passed
             stop += passed
@@ -197,6 +201,7 @@ def operating(
         flag=min(flag, 1.0),
         flag_by_look=tuple(by_look),
         within=within,
+        within_end=within_end,
         expected_pairs=pairs,
     )
 
@@ -260,3 +265,35 @@ def power_rule(
         target=target,
         baseline_accuracy=baseline_accuracy,
     )
+
+
+def tolerated_discordance(
+    design: Design, *, extra_pts: float, target: float = DEFAULT_POWER, tolerance: float = 0.001
+) -> float:
+    """The largest discordance d at which `design` still meets the power rule: P(flag | drop =
+    margin + `extra_pts`) ≥ `target`. Above it a clean cell is INCONCLUSIVE by construction
+    (its n cannot exclude the drop), which fails the gate unless INCONCLUSIVE is allowed.
+
+    0 when even d = the drop (every discordant pair PD-worse) is underpowered. Power falls as d
+    rises (more discordant pairs at the same drop), so doubling brackets it and bisection finds
+    it to `tolerance` (doubling first: the lattice, and the cost, grow with d).
+    """
+    drop = (design.margin_pts + extra_pts) / 100.0
+
+    def powered(d: float) -> bool:
+        return power_rule(design, discordance=d, extra_pts=extra_pts, target=target).power >= target
+
+    if not powered(drop):
+        return 0.0
+    lo = drop
+    while True:
+        hi = min(2.0 * lo, 1.0)
+        if not powered(hi):
+            break
+        if hi == 1.0:
+            return 1.0
+        lo = hi
+    while hi - lo > tolerance:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if powered(mid) else (lo, mid)
+    return lo

@@ -19,7 +19,7 @@ from pdcheck.analysis.design import Design, LookOutcome
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.evals.records import QuestionRecord
 
-__all__ = ["EarlyStop", "SequentialResult", "SequentialTest", "replay", "sequential_result"]
+__all__ = ["EarlyStop", "SequentialResult", "SequentialTest", "sequential_result"]
 
 
 @dataclass(frozen=True)
@@ -151,13 +151,3 @@ def sequential_result(
             if test.should_stop() is not None:
                 return test.result()
     return test.result()
-
-
-def replay(
-    baseline_records: Sequence[QuestionRecord],
-    pd_records: Sequence[QuestionRecord],
-    *,
-    design: Design,
-) -> EarlyStop | None:
-    """Where the early stop would have called a finished run of one repeat."""
-    return sequential_result([(baseline_records, pd_records)], design).stop

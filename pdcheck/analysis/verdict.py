@@ -9,12 +9,11 @@ rules, first match wins:
    (`kv_transferred_tokens == 0`: PD was bypassed, so the run proves nothing), a side's request
    error rate is above `max_error_rate`, or no question was answered on both sides.
 2. REGRESSION: the run's decision rejects "no drop" (Holm-adjusted p ≤ alpha) and the last look
-   did not show the drop within the margin. The effective margin is the policy's margin,
-   raised to the noise floor z_{1−α}·√2·σ when repeated baseline runs measured a run-to-run
-   std σ.
-3. SUSPECT: PD has significantly more corruption-grade divergences than the control
-   (one-sided Fisher at alpha), without an accuracy drop. Needs logprobs and a control; the
-   near-tie threshold is set by the measured jitter (`agreement.py`).
+   did not show the drop within the margin (the policy's margin, never widened).
+3. SUSPECT: the run's decision rejects "no more corruption-grade divergences than the
+   control" (one-sided Fisher, Holm-adjusted p ≤ alpha, in the same family as the accuracy
+   tests), without an accuracy drop. Needs logprobs and a control; the near-tie threshold is
+   the control's measured jitter, never PD's (`paired.py`).
 4. INCONCLUSIVE, request errors: scoring PD's failed requests as wrong (where the baseline was
    right) would make it a REGRESSION.
 5. PASS, within the margin: the one-sided upper bound on the drop is at most the margin.
@@ -32,13 +31,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from scipy import stats
-
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.family import FamilyMember, FamilyVerdict, decide_family
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.power import PowerRule, power_rule, summarize_power
-from pdcheck.analysis.stats import tango_interval
+from pdcheck.analysis.stats import drop_bounds
 from pdcheck.config import AnalysisPolicy
 from pdcheck.errors import ExitCode
 
@@ -58,6 +55,8 @@ __all__ = [
     "judge",
     "run_exit_code",
     "single_test",
+    "suspect_hypothesis",
+    "suspect_p",
 ]
 
 
@@ -105,7 +104,7 @@ class CellVerdict:
     n_needed: int | None = None
     baseline_errors: int | None = None
     pd_errors: int | None = None
-    suspect_p_value: float | None = None
+    suspect_p_value: float | None = None  # raw one-sided Fisher p
     kv_transferred_tokens: int | None = None
     adjusted_p_value: float | None = None  # Holm-adjusted over the run's clean tests
     family_size: int | None = None
@@ -117,19 +116,8 @@ class CellVerdict:
     worst_case_p_value: float | None = None
     worst_case_within_margin: bool | None = None
     design: Design | None = None  # the test's looks and levels
-
-
-def noise_floor_pts(baseline_std: float | None, *, alpha: float) -> float:
-    """The drop two runs of one configuration exceed with probability alpha: z_{1−α}·√2·σ, in points."""
-    if baseline_std is None:
-        return 0.0
-    return 100.0 * float(stats.norm.ppf(1 - alpha)) * math.sqrt(2.0) * baseline_std
-
-
-def effective_margin_pts(comparison: PairedComparison, policy: AnalysisPolicy) -> float:
-    return max(
-        policy.margin_pts, noise_floor_pts(comparison.jitter.baseline_std, alpha=policy.alpha)
-    )
+    # Holm-adjusted over the run's hypotheses; None when SUSPECT was not judged.
+    suspect_adjusted_p_value: float | None = None
 
 
 @dataclass(frozen=True)
@@ -150,11 +138,27 @@ class TestDecision:
         return self.member.within_margin
 
 
+def suspect_hypothesis(comparison: PairedComparison) -> bool:
+    """SUSPECT is a hypothesis of the test's family when a control exists (judged or not: the
+    family is planned before the records say whether logprobs came back)."""
+    return comparison.control is not None
+
+
+def suspect_p(comparison: PairedComparison) -> float | None:
+    """The SUSPECT test's p-value, or None when it is not judged (no control, no logprobs)."""
+    ct = comparison.control
+    return ct.p_value if ct is not None and ct.judged else None
+
+
 def single_test(comparison: PairedComparison, policy: AnalysisPolicy) -> TestDecision:
-    """A lone test (`pdcheck compare`): one look at the end, a family of one."""
+    """A lone test (`pdcheck compare`): one look at the end over every repeat's pairs; its
+    family is its accuracy hypothesis and, with a control, its SUSPECT hypothesis."""
     c = comparison
     design = Design.plan(
-        max(c.n_pairs, 1), alpha=policy.alpha, margin_pts=effective_margin_pts(c, policy)
+        max(c.n_pairs, 1),
+        alpha=policy.alpha,
+        margin_pts=policy.margin_pts,
+        family_size=1 + suspect_hypothesis(c),
     )
     last = len(design.looks) - 1
     outcome = design.outcome(last, c.worse, c.better, c.n_pairs)
@@ -168,8 +172,9 @@ def single_test(comparison: PairedComparison, policy: AnalysisPolicy) -> TestDec
         within_margin=outcome.within_margin,
         worst_case_p=design.sequential_p((worst,)) if hidden else None,
         worst_case_within_margin=worst.within_margin,
+        suspect_p=suspect_p(c),
     )
-    (family,) = decide_family([member], alpha=policy.alpha)
+    (family,) = decide_family([member], alpha=policy.alpha, family_size=design.family_size)
     return TestDecision(
         design=design,
         member=member,
@@ -204,7 +209,7 @@ def suspect_off(comparison: PairedComparison) -> str | None:
     if comparison.control is None:
         return "SUSPECT off: no control run (eval.repeats ≥ 2, or --control)"
     if not comparison.control.judged:
-        return "SUSPECT off: no logprobs (eval.logprobs: true)"
+        return "SUSPECT off: no logprobs were recorded (eval.logprobs: true)"
     return None
 
 
@@ -224,7 +229,7 @@ def decide(
     c = comparison
     d = decision if decision is not None else single_test(c, policy)
     design = d.design
-    effective = design.margin_pts
+    effective = design.margin_pts  # the policy's margin: nothing widens it
     alpha_test = design.alpha_test
     # The test's pairs: every repeat pooled (the comparison's tables show repeat 0).
     n, worse, better = d.n_pairs, d.worse, d.better
@@ -240,8 +245,10 @@ def decide(
     )
     rule: PowerRule | None = None
     level = 1 - 2 * design.equivalence_alpha
-    lo, hi = tango_interval(worse, better, n, confidence=level) if n else (math.nan, math.nan)
-    suspect_p = c.control.p_value if c.control is not None and c.control.judged else None
+    # The exact bounds of the margin decision (`stats.drop_bounds`), as Δ = −drop.
+    drop_low, drop_up = drop_bounds(worse, better, max(n, 1), alpha=design.equivalence_alpha)
+    lo, hi = (-float(drop_up), -float(drop_low)) if n else (math.nan, math.nan)
+    p_suspect = suspect_p(c)
 
     off = suspect_off(c)
 
@@ -263,7 +270,7 @@ def decide(
             n_needed=approx.n_needed_for_margin,
             baseline_errors=c.baseline.n_errors,
             pd_errors=c.pd.n_errors,
-            suspect_p_value=suspect_p,
+            suspect_p_value=p_suspect,
             kv_transferred_tokens=kv_transferred_tokens,
             adjusted_p_value=d.family.adjusted_p,
             family_size=d.family.family_size,
@@ -274,6 +281,7 @@ def decide(
             worst_case_p_value=d.member.worst_case_p,
             worst_case_within_margin=d.member.worst_case_within_margin,
             design=design,
+            suspect_adjusted_p_value=d.family.suspect_adjusted_p,
         )
 
     infra = _infra_reason(c, infra_error, kv_transferred_tokens, policy.max_error_rate)
@@ -282,7 +290,7 @@ def decide(
     delta = f"Δ {delta_pts:+.2f} pts, {100 * level:g}% CI [{100 * lo:+.2f}, {100 * hi:+.2f}]"
     p_text = (
         f"p={p_raw:.2g} raw, {d.family.adjusted_p:.2g} adjusted "
-        f"(Holm over {d.family.family_size} test{'s' if d.family.family_size > 1 else ''})"
+        f"(Holm over {d.family.family_size} hypothes{'es' if d.family.family_size > 1 else 'is'})"
     )
     stopped = f"early stop, {d.early_stop}; " if d.early_stop else ""
     if d.family.flagged:
@@ -292,12 +300,13 @@ def decide(
             f"the {effective:.2f}-pt margin is not excluded (n={n})",
         )
     ct = c.control
-    if ct is not None and suspect_p is not None and suspect_p < policy.alpha:
+    if ct is not None and p_suspect is not None and d.family.suspect_flagged:
         return verdict(
             Verdict.SUSPECT,
             f"{ct.pd_count}/{ct.pd_pairs} {ct.basis} divergences vs {ct.control_count}/{ct.control_pairs} "
-            f"in the {ct.source} (Fisher p={suspect_p:.2g}, tie threshold "
-            f"{c.agreement.tie_epsilon_nats:.3g} nats); {delta}",
+            f"in the {ct.source} (Fisher p={p_suspect:.2g} raw, {d.family.suspect_adjusted_p:.2g} "
+            f"adjusted ≤ {policy.alpha:g}, tie threshold {c.agreement.tie_epsilon_nats:.3g} nats "
+            f"from the {ct.source}'s jitter); {delta}",
         )
     if d.family.error_sensitive:
         return verdict(
@@ -319,8 +328,19 @@ def decide(
             f"{stopped}within the margin: the drop is at most {-100 * lo:.2f} pts ≤ {effective:.2f} "
             f"({100 * (1 - design.equivalence_alpha):g}% one-sided bound); {delta}, {p_text}",
         )
+    # Failed requests (or a run cut short) left fewer pairs than planned: the power is that of
+    # the pairs the test had, not of the plan (an early stop chose to stop: its plan stands).
+    powered_design = design
+    if d.early_stop is None and 0 < n < design.planned_pairs:
+        powered_design = Design.plan(
+            n,
+            alpha=design.alpha,
+            margin_pts=design.margin_pts,
+            family_size=design.family_size,
+            early_stop=len(design.looks) > 1,
+        )
     rule = power_rule(
-        design,
+        powered_design,
         discordance=discordance,
         extra_pts=policy.power_extra_pts,
         baseline_accuracy=baseline_acc,

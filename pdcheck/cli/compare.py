@@ -8,6 +8,7 @@ or 0 with a warning on stderr under `--allow-inconclusive`; either way the line 
 from __future__ import annotations
 
 import json
+import math
 
 import click
 import msgspec
@@ -21,13 +22,20 @@ from pdcheck.analysis import (
     divergence_precision,
 )
 from pdcheck.analysis.design import Design
-from pdcheck.analysis.sequential import replay
+from pdcheck.analysis.sequential import sequential_result
 from pdcheck.analysis.verdict import gate_exit_code
 from pdcheck.cli._common import console, err_console
 from pdcheck.config import AnalysisPolicy
 from pdcheck.evals.records import read_records
 
 _FILE = click.Path(exists=True, dir_okay=False)
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """NaN passes every range check (each comparison is false) and inf some: refuse both (exit 3)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, got {value}")
+    return value
 
 
 def _pct(x: float | None) -> str:
@@ -58,7 +66,8 @@ def _tables(c: PairedComparison) -> list[Table]:
         )
 
     paired = Table(
-        title=f"Paired (n={c.n_pairs}, {100 * (1 - 2 * c.alpha):g}% Tango CI, one-sided exact McNemar)"
+        title=f"Paired (n={c.n_pairs}, every repeat; {100 * (1 - 2 * c.alpha):g}% exact CI, "
+        "one-sided exact McNemar)"
     )
     for col in ("metric", "Δ pts (PD − baseline)", "CI low", "CI high", "p / counts"):
         paired.add_column(col)
@@ -124,7 +133,9 @@ def _tables(c: PairedComparison) -> list[Table]:
     type=click.FloatRange(0, 100),
     default=2.0,
     show_default=True,
-    help="A drop must exceed this many accuracy points (and be significant) to fail.",
+    help="PD may lose up to this many accuracy points: a significant drop fails unless the run's "
+    "exact bound shows it within the margin.",
+    callback=_finite,
 )
 @click.option(
     "--alpha",
@@ -132,6 +143,7 @@ def _tables(c: PairedComparison) -> list[Table]:
     default=0.05,
     show_default=True,
     help="Type-I error of the one-sided tests; the CI is 1 - 2*alpha two-sided (its ends are the one-sided bounds).",
+    callback=_finite,
 )
 @click.option(
     "--tie-epsilon",
@@ -139,16 +151,23 @@ def _tables(c: PairedComparison) -> list[Table]:
     default=0.05,
     show_default=True,
     help="Top-2 logprob margin (nats) below which a first divergence is a near-tie flip.",
+    callback=_finite,
 )
 @click.option(
     "--baseline-repeat",
     "baseline_repeats",
     type=_FILE,
     multiple=True,
-    help="Another baseline run of the same questions (jitter; the first is the agreement control).",
+    help="Another baseline run of the same questions: the SUSPECT control (with the next "
+    "repeats), and the pair of the --pd-repeat at its position.",
 )
 @click.option(
-    "--pd-repeat", "pd_repeats", type=_FILE, multiple=True, help="Another PD run (jitter table)."
+    "--pd-repeat",
+    "pd_repeats",
+    type=_FILE,
+    multiple=True,
+    help="Another PD run, paired with the --baseline-repeat of the same position: its pairs join "
+    "the test (give one --baseline-repeat per --pd-repeat).",
 )
 @click.option(
     "--control", type=_FILE, help="Agreement control run, e.g. PD with async scheduling off."
@@ -157,6 +176,7 @@ def _tables(c: PairedComparison) -> list[Table]:
     "--expected-accuracy",
     type=click.FloatRange(0, 1),
     help="Stored accuracy for vLLM's |acc - expected| < rtol check (information only).",
+    callback=_finite,
 )
 @click.option(
     "--expected-rtol",
@@ -164,6 +184,7 @@ def _tables(c: PairedComparison) -> list[Table]:
     default=0.05,
     show_default=True,
     help="Tolerance of that check.",
+    callback=_finite,
 )
 @click.option(
     "--early-stop", is_flag=True, help="Also report where the sequential test would have stopped."
@@ -213,28 +234,33 @@ def compare(
         early_stop=early_stop,
         allow_inconclusive=allow_inconclusive,
     )
-    base_records, pd_records = read_records(baseline), read_records(pd)
+    base_runs = [read_records(p) for p in (baseline, *baseline_repeats)]
+    pd_runs = [read_records(p) for p in (pd, *pd_repeats)]
+    base_records, pd_records = base_runs[0], pd_runs[0]
     comparison = compare_paired(
         base_records,
         pd_records,
         alpha=alpha,
         tie_epsilon_nats=tie_epsilon,
         margin_pts=margin_pts,
-        baseline_repeats=[read_records(p) for p in baseline_repeats],
-        pd_repeats=[read_records(p) for p in pd_repeats],
+        baseline_repeats=base_runs[1:],
+        pd_repeats=pd_runs[1:],
         control=read_records(control) if control else None,
         expected_accuracy=expected_accuracy,
         expected_rtol=expected_rtol,
     )
     verdict = decide(comparison, policy=policy)
     stop = (
-        replay(
-            base_records,
-            pd_records,
-            design=Design.plan(
-                comparison.n_pairs, alpha=alpha, margin_pts=margin_pts, early_stop=True
+        sequential_result(
+            list(zip(base_runs, pd_runs, strict=False)),
+            Design.plan(
+                comparison.n_pairs,
+                alpha=alpha,
+                margin_pts=margin_pts,
+                family_size=verdict.design.family_size if verdict.design else 1,
+                early_stop=True,
             ),
-        )
+        ).stop
         if early_stop
         else None
     )

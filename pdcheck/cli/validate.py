@@ -82,3 +82,7 @@ def validate(sweep_file: str | None, list_shipped: bool) -> None:
         console.print("Why canary levels are expected to flag, or run as controls that must PASS:")
         for arm, why in sorted(reasons):
             console.print(f"  {arm}: {why}", highlight=False)
+    from pdcheck.sweep.judging import clean_tests, sizing_lines
+
+    for line in sizing_lines(cells, family_size=clean_tests(cells)):
+        console.print(line, highlight=False)

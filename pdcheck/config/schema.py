@@ -77,8 +77,17 @@ class ArmSpec(_Strict):
     inject: str | None = None
     inject_seed: int = 0
     environment: str | None = None
-    # A canary exists to prove the suite can see a race: it is expected to be flagged.
+    # A canary exists to prove the suite can see a race: it is expected to be flagged. An arm
+    # that injects faults is one whether or not it says so: counting it as clean would put a test
+    # meant to fail in the family (and spend the clean tests' alpha on it).
     canary: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _injection_is_a_canary(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("inject") is not None:
+            return {**data, "canary": True}
+        return data
 
     @field_validator("inject")
     @classmethod

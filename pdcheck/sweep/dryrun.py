@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pdcheck.config import level_expectation
 from pdcheck.config.cells import SIDE_ROLES
+from pdcheck.sweep.judging import sizing_lines
 from pdcheck.sweep.plan import Placement, pack, plan_jobs
 from pdcheck.sweep.run import PreparedSweep
 
@@ -88,6 +89,10 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
                     _without_port(server.argv), (list(server.argv), [])
                 )
                 users.append(f"{cell.name} {server.name}")
+    lines += [
+        "",
+        *(f"# {line}" for line in sizing_lines(prepared.cells, family_size=prepared.family_size)),
+    ]
     problems: list[str] = []
     for python, argvs in pending.items():
         # One vLLM import per python for every command line it will run.

@@ -5,14 +5,14 @@ every repeat's pairs through the level's one test (`analysis.design`), turns tha
 `CellVerdict` with `decide` (which also turns "no KV transferred" into INFRA-ERROR), applies
 the canary logic (`judge`), and writes verdicts/c<N>.json.
 
-A level is judged as soon as it is ready, at alpha / F (F: the run's clean tests), which is
-Holm's first step: a flag given then stands. When the run finishes, `apply_family` applies
-Holm across all the clean tests and re-judges the levels whose call it changes.
+A level is judged as soon as it is ready, at alpha / F (F: the hypotheses of the whole
+selection's clean tests, every shard included), which is Holm's first step: a flag given then
+stands. When the run finishes, `apply_family` applies Holm across the clean tests present, in a
+family of the planned F, and re-judges the levels whose call it changes.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
 from pdcheck.analysis.design import Design
@@ -26,9 +26,10 @@ from pdcheck.analysis.verdict import (
     TestDecision,
     Verdict,
     judge,
-    noise_floor_pts,
+    suspect_p,
 )
 from pdcheck.config import Cell, level_expectation
+from pdcheck.evals.dataset import SYNTH_N_TEST
 from pdcheck.evals.records import QuestionRecord
 from pdcheck.sweep.plan import SIDES, Unit
 from pdcheck.sweep.results import CellResult
@@ -46,10 +47,21 @@ def level_ready(cell: Cell, cs: CellStore, concurrency: int) -> bool:
     return True
 
 
+def suspect_planned(cell: Cell) -> bool:
+    """SUSPECT is judged at every level of this cell: logprobs, and baseline repeats as control."""
+    return cell.eval.logprobs and cell.eval.repeats >= 2
+
+
 def clean_tests(cells: Iterable[Cell]) -> int:
-    """The family: every level expected not to be flagged (clean arms, race arms where their race
-    cannot fire). Canaries' levels are outside it."""
-    return sum(not level_expectation(cell, c).flag for cell in cells for c in cell.concurrency)
+    """The family's size: the hypotheses of every level expected not to be flagged (clean arms,
+    race arms where their race cannot fire), one for accuracy and one for SUSPECT where it is
+    judged. Canaries' levels are outside it."""
+    return sum(
+        1 + suspect_planned(cell)
+        for cell in cells
+        for c in cell.concurrency
+        if not level_expectation(cell, c).flag
+    )
 
 
 def test_key(cell: Cell, concurrency: int) -> str:
@@ -59,28 +71,77 @@ def test_key(cell: Cell, concurrency: int) -> str:
 def level_design(
     cell: Cell,
     concurrency: int,
-    baseline_runs: Sequence[Sequence[QuestionRecord]],
     *,
     family_size: int,
     planned_questions: int,
     early_stop: bool,
 ) -> Design:
-    """The level's one test: every repeat's pairs, the margin raised to the baseline's jitter."""
+    """The level's one test: every repeat's pairs, at the policy's margin.
+
+    The margin is never widened by the baseline's run-to-run jitter: the paired test already
+    carries that noise (a discordant pair is one), and a floor estimated from two or three runs
+    moved the margin by chance (issue 30).
+    """
     policy = cell.analysis
-    accuracies = [
-        sum(r.correct for r in ok) / len(ok)
-        for run in baseline_runs
-        if (ok := [r for r in run if r.ok])
-    ]
-    std = statistics.stdev(accuracies) if len(accuracies) >= 2 else None
     canary = level_expectation(cell, concurrency).flag
     return Design.plan(
         planned_questions * cell.eval.repeats,
         alpha=policy.alpha,
-        margin_pts=max(policy.margin_pts, noise_floor_pts(std, alpha=policy.alpha)),
+        margin_pts=policy.margin_pts,
         family_size=1 if canary else max(family_size, 1),
         early_stop=early_stop,
     )
+
+
+def planned_questions(cell: Cell) -> int:
+    """The questions a level of `cell` asks per repeat: its limit, else GSM8K's test split (the
+    synthetic stand-in has as many) from its offset."""
+    return cell.eval.limit or max(SYNTH_N_TEST - cell.eval.offset, 1)
+
+
+def clean_level_designs(
+    cells: Sequence[Cell], *, family_size: int
+) -> list[tuple[Cell, int, Design]]:
+    """(cell, concurrency, design) of every clean level of `cells`, as a run would plan them."""
+    return [
+        (
+            cell,
+            c,
+            level_design(
+                cell,
+                c,
+                family_size=family_size,
+                planned_questions=planned_questions(cell),
+                early_stop=cell.analysis.early_stop,
+            ),
+        )
+        for cell in cells
+        for c in cell.concurrency
+        if not level_expectation(cell, c).flag
+    ]
+
+
+def sizing_lines(cells: Sequence[Cell], *, family_size: int) -> list[str]:
+    """For each distinct clean design of `cells`, the largest discordance d at which it still
+    meets the power rule, and what to change past it (`pdcheck validate`, `--dry-run`)."""
+    from pdcheck.analysis.power import tolerated_discordance
+
+    groups: dict[tuple[Design, float], list[str]] = {}
+    for cell, c, design in clean_level_designs(cells, family_size=family_size):
+        key = (design, cell.analysis.power_extra_pts)
+        groups.setdefault(key, []).append(f"{cell.name}@c{c}")
+    lines = []
+    for (design, extra), levels in groups.items():
+        d = tolerated_discordance(design, extra_pts=extra, tolerance=0.0025)
+        early = ", early stop" if len(design.looks) > 1 else ""
+        lines.append(
+            f"sizing: {len(levels)} clean level(s) of {design.planned_pairs} pairs (margin "
+            f"{design.margin_pts:g} pts, {design.family_size} hypotheses{early}) PASS only while "
+            f"PD and the baseline disagree on at most d = {100 * d:.1f}% of pairs; above it they are "
+            "INCONCLUSIVE by construction (fix: more questions, eval.repeats, a wider "
+            "analysis.margin_pts, or the bit-exact mode)"
+        )
+    return lines
 
 
 def live_test(
@@ -92,7 +153,6 @@ def live_test(
     design = level_design(
         cell,
         concurrency,
-        [baseline[r] for r in sorted(baseline)],
         family_size=family_size,
         planned_questions=planned_questions,
         early_stop=True,
@@ -138,9 +198,13 @@ def judge_level(
         return _record(cell, cs, concurrency, CellVerdict(Verdict.INFRA_ERROR, why))
     pd = {u.repeat: u.records() for u in units if u.side == "pd"}
     baseline_all = {u.repeat: u.records() for u in units if u.side == "baseline"}
-    asked = {r.index for r in pd[0]}
-    # An early-stopped PD unit answered fewer questions: pair the baseline over those only.
-    baseline = {r: [x for x in recs if x.index in asked] for r, recs in baseline_all.items()}
+    repeats = sorted(r for r in pd if r in baseline_all)
+    # An early-stopped PD unit answered fewer questions: pair each baseline repeat over the
+    # questions its PD repeat asked.
+    baseline = {}
+    for r in repeats:
+        asked = {x.index for x in pd[r]}
+        baseline[r] = [x for x in baseline_all[r] if x.index in asked]
     policy = cell.analysis
     comparison = compare_paired(
         baseline[0],
@@ -148,22 +212,23 @@ def judge_level(
         alpha=policy.alpha,
         tie_epsilon_nats=policy.tie_epsilon_nats,
         margin_pts=policy.margin_pts,
-        baseline_repeats=tuple(baseline[r] for r in sorted(baseline) if r != 0),
-        pd_repeats=tuple(pd[r] for r in sorted(pd) if r != 0),
+        baseline_repeats=tuple(baseline[r] for r in repeats if r != 0),
+        pd_repeats=tuple(pd[r] for r in repeats if r != 0),
         expected_accuracy=cell.model.expected_accuracy,
         expected_rtol=cell.model.expected_rtol,
     )
-    runs = [(baseline_all[r], pd[r]) for r in sorted(pd) if r in baseline_all]
+    runs = [(baseline_all[r], pd[r]) for r in repeats]
     if design is None:
         design = level_design(
             cell,
             concurrency,
-            [b for b, _ in runs],
             family_size=family_size,
             planned_questions=planned_questions or len(baseline_all[0]),
             early_stop=policy.early_stop if early_stop is None else early_stop,
         )
-    decision = _decision(cell, concurrency, runs, design, family=family)
+    decision = _decision(
+        cell, concurrency, runs, design, suspect=suspect_p(comparison), family=family
+    )
     verdict = decide(
         comparison,
         policy=policy,
@@ -187,6 +252,7 @@ def _decision(
     runs: list[tuple[list[QuestionRecord], list[QuestionRecord]]],
     design: Design,
     *,
+    suspect: float | None,
     family: FamilyVerdict | None,
 ) -> TestDecision:
     """The level's test replayed from the records (PD in finish order, repeat after repeat),
@@ -201,6 +267,7 @@ def _decision(
         canary=level_expectation(cell, concurrency).flag,
         worst_case_p=worst.sequential_p if worst.n_pairs > seq.n_pairs else None,
         worst_case_within_margin=worst.within_margin,
+        suspect_p=suspect,
     )
     if family is None:
         family = decide_alone(member, alpha=design.alpha, family_size=design.family_size)
@@ -216,10 +283,13 @@ def _decision(
 
 
 def apply_family(store: RunStore) -> int:
-    """Holm across the run's clean tests; re-judge the levels whose call it changes.
+    """Holm across the run's clean tests in the planned family; re-judge the levels whose call
+    it changes.
 
-    Returns how many levels were re-judged. Canaries keep their own call. Levels without a test
-    (infra errors, levels carried by an early stop) are not in the family.
+    The family size is the one the levels were planned with (every shard's hypotheses), so a
+    shard's call is never more liberal than the merged run's, and a merged run's equals the
+    unsharded one. Returns how many levels were re-judged. Canaries keep their own call. Levels
+    without a test (infra errors, levels carried by an early stop) are not in the family.
     """
     results = load_run(store.root)
     tests: list[tuple[CellResult, Cell, int, FamilyMember, CellVerdict]] = []
@@ -239,15 +309,24 @@ def apply_family(store: RunStore) -> int:
                 canary=level_expectation(spec, c).flag,
                 worst_case_p=v.worst_case_p_value,
                 worst_case_within_margin=bool(v.worst_case_within_margin),
+                suspect_p=v.suspect_p_value,
             )
             tests.append((cell, spec, c, member, v))
     if not tests:
         return 0
     alpha = tests[0][1].analysis.alpha
-    calls = decide_family([t[3] for t in tests], alpha=alpha)
+    planned = max(
+        (t[4].design.family_size for t in tests if t[4].design is not None and not t[3].canary),
+        default=0,
+    )
+    calls = decide_family([t[3] for t in tests], alpha=alpha, family_size=planned)
     changed = 0
     for (cell, spec, c, _member, v), call in zip(tests, calls, strict=True):
-        if call.adjusted_p == v.adjusted_p_value and call.family_size == v.family_size:
+        if (
+            call.adjusted_p == v.adjusted_p_value
+            and call.family_size == v.family_size
+            and call.suspect_adjusted_p == v.suspect_adjusted_p_value
+        ):
             continue
         cs = store.cell(cell.dirname, cell.provenance)
         # The design the level was judged with: its looks were taken at its family size.

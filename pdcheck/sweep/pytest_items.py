@@ -128,10 +128,15 @@ def open_store(config) -> RunStore:
         )
 
 
-def finish_session(config, *, render_report: RenderReport | None = None) -> None:
-    """On the controller (or a run without xdist): junit.xml, report.md and summary.json."""
+def finish_session(config, *, render_report: RenderReport | None = None) -> int | None:
+    """On the controller (or a run without xdist): junit.xml, report.md and summary.json.
+
+    Returns the run's exit code (`pdcheck sweep`'s), None on a worker or with no run folder.
+    """
     if hasattr(config, "workerinput"):
-        return
+        return None
     store = open_run(results_dir(config))
-    if store is not None:
-        finish_run(store, render_report=render_report)
+    if store is None:
+        return None
+    summary = finish_run(store, render_report=render_report).summary
+    return None if summary is None else summary.exit_code

@@ -95,3 +95,62 @@ def test_mismatched_files_exit_3_with_the_reason(tmp_path, capsys):
     p = _write(tmp_path / "p.jsonl", side([True] * 5, start=3))
     assert main(["compare", b, p]) == 3
     assert "different questions" in capsys.readouterr().err
+
+
+def test_non_finite_options_exit_3(tmp_path):
+    """NaN passes every range check and inf some: --margin-pts, --alpha and --tie-epsilon refuse
+    both with exit 3 and a message naming the option (issue 30: a traceback and exit 1)."""
+    b, p = _files(tmp_path, both=100, worse=0, better=0, neither=0)
+    for option, value in (
+        ("--margin-pts", "nan"),
+        ("--alpha", "nan"),
+        ("--tie-epsilon", "nan"),
+        ("--tie-epsilon", "inf"),
+        ("--margin-pts", "inf"),
+    ):
+        assert main(["compare", b, p, option, value]) == 3, (option, value)
+
+
+def test_non_finite_option_message_names_the_option(tmp_path, capsys):
+    """The exit-3 message says which option and what is allowed."""
+    b, p = _files(tmp_path, both=100, worse=0, better=0, neither=0)
+    assert main(["compare", b, p, "--alpha", "nan"]) == 3
+    err = capsys.readouterr().err
+    assert "--alpha" in err and "finite" in err
+
+
+def test_pd_repeats_join_the_test(tmp_path):
+    """--pd-repeat pairs with the --baseline-repeat at its position and its pairs join the test:
+    a 3-point drop in each of two runs of 400 is flagged on the pooled 800 pairs, not on one."""
+    base, pd = paired_sides(both=300, worse=16, better=4, neither=80)
+    b = _write(tmp_path / "b.jsonl", base)
+    p = _write(tmp_path / "p.jsonl", pd)
+    b2 = _write(tmp_path / "b2.jsonl", base)
+    p2 = _write(tmp_path / "p2.jsonl", pd)
+    one = CliRunner().invoke(cli, ["compare", b, p, "--json", "--margin-pts", "0"])
+    two = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            b,
+            p,
+            "--baseline-repeat",
+            b2,
+            "--pd-repeat",
+            p2,
+            "--json",
+            "--margin-pts",
+            "0",
+        ],
+    )
+    assert json.loads(one.output)["comparison"]["n_pairs"] == 400
+    pooled = json.loads(two.output)
+    assert (pooled["comparison"]["n_pairs"], pooled["comparison"]["worse"]) == (800, 32)
+    assert pooled["verdict"]["n_pairs"] == 800
+
+
+def test_a_pd_repeat_without_its_own_baseline_repeat_exits_3(tmp_path):
+    """A PD repeat pairs with a baseline run of its own (pairs sharing a baseline run are not
+    independent): more --pd-repeat than --baseline-repeat is refused with exit 3."""
+    b, p = _files(tmp_path, both=100, worse=0, better=0, neither=0)
+    assert main(["compare", b, p, "--pd-repeat", p]) == 3

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdcheck.analysis import compare_paired
+from pdcheck.analysis import Verdict, compare_paired, decide
 from pdcheck.analysis.stats import fisher_greater_p, mcnemar_worse_p, tango_interval
+from pdcheck.config import AnalysisPolicy
 from pdcheck.errors import ConfigError
 from tests.unit.analysis.builders import json_round_trip, paired_sides, record, side
 
@@ -147,3 +148,14 @@ def test_tango_interval_is_ordered_bounded_and_contains_the_estimate(case):
     lo, hi = tango_interval(worse, better, n)
     est = (better - worse) / n
     assert -1.0 <= lo <= est + 1e-9 and est - 1e-9 <= hi <= 1.0
+
+
+def test_request_errors_are_counted_over_every_repeat():
+    """52% of PD's repeat-1 requests failing makes the cell INFRA-ERROR, and the reason counts
+    them (issue 30: only repeat 0 was read, and the reason said "0 failed requests")."""
+    base = side([True] * 100)
+    failing = [record(i, correct=True, ok=i >= 52) for i in range(100)]
+    c = compare_paired(base, base, baseline_repeats=[base], pd_repeats=[failing])
+    assert (c.pd.n_records, c.pd.n_errors) == (200, 52)
+    v = decide(c, policy=AnalysisPolicy())
+    assert v.verdict is Verdict.INFRA_ERROR and "52/200 failed requests" in v.reason

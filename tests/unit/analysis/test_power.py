@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pdcheck.analysis.power import minimum_detectable_effect, n_needed, power_at
+from pdcheck.analysis.design import Design
+from pdcheck.analysis.power import (
+    minimum_detectable_effect,
+    n_needed,
+    power_at,
+    power_rule,
+    tolerated_discordance,
+)
 from pdcheck.analysis.stats import mcnemar_worse_p
 
 
@@ -54,3 +61,15 @@ def test_zero_margin_cannot_be_powered():
     """A margin of 0 points can never be shown; asking for its n is an error that says so."""
     with pytest.raises(ValueError, match="positive drop"):
         n_needed(0.0, discordance=0.05, alpha=0.05)
+
+
+def test_tolerated_discordance_is_where_the_power_rule_stops_holding():
+    """At the tolerated d the design still has 80% power for margin + 1 point; just above it, not
+    (a clean cell there is INCONCLUSIVE by construction)."""
+    design = Design.plan(300, alpha=0.05, margin_pts=5.0, family_size=4)
+    d = tolerated_discordance(design, extra_pts=1.0)
+    assert 0.06 < d < 1.0
+    assert power_rule(design, discordance=d, extra_pts=1.0).power >= 0.8
+    assert power_rule(design, discordance=d + 0.002, extra_pts=1.0).power < 0.8
+    tiny = Design.plan(20, alpha=0.05, margin_pts=2.0, family_size=24)
+    assert tolerated_discordance(tiny, extra_pts=1.0) == 0.0

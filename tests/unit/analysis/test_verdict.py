@@ -108,18 +108,14 @@ def test_no_control_means_no_suspect():
     assert decide(compare_paired(base, pd), policy=POLICY).verdict is Verdict.PASS
 
 
-def test_run_to_run_jitter_raises_the_margin():
-    """A drop whose upper bound is inside the noise floor measured by repeated baselines cannot
-    fail, even if significant."""
+def test_run_to_run_jitter_never_widens_the_margin():
+    """A noisy repeated baseline leaves the margin at the policy's: a significant drop that is not
+    bounded within it stays a REGRESSION (the old noise floor made it about 8 points)."""
     base, pd = paired_sides(both=700, worse=50, better=10, neither=240)
-    c = compare_paired(base, pd)
-    assert decide(c, policy=POLICY).verdict is Verdict.REGRESSION
-    noisy = side(
-        [True] * 800 + [False] * 200
-    )  # 80% against the baseline's 75%: std about 3.5 points, a floor of about 8
+    noisy = side([True] * 800 + [False] * 200)  # 80% against 75%: a run-to-run std of 3.5 pts
     v = decide(compare_paired(base, pd, baseline_repeats=[noisy]), policy=POLICY)
-    assert v.effective_margin_pts > 4.0
-    assert v.verdict is not Verdict.REGRESSION
+    assert v.effective_margin_pts == v.margin_pts == POLICY.margin_pts
+    assert v.verdict is Verdict.REGRESSION
 
 
 def test_exit_codes():

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 
+from pdcheck.analysis.power import tolerated_discordance
 from pdcheck.analysis.verdict import Verdict
-from pdcheck.config import SweepSpec, expand_cells
+from pdcheck.cli import main
+from pdcheck.config import SweepSpec, expand_cells, load_sweep
 from pdcheck.sweep import load_run
-from pdcheck.sweep.judging import clean_tests, judge_level
-from pdcheck.sweep.store import CellStore
+from pdcheck.sweep.judging import (
+    apply_family,
+    clean_level_designs,
+    clean_tests,
+    judge_level,
+)
+from pdcheck.sweep.store import CellStore, open_run
 from tests.unit.report.conftest import CellPlan, write_run
 from tests.unit.sweep.test_cli_sweep import CLEAN, _sweep
 
@@ -60,3 +67,63 @@ def test_an_underpowered_clean_sweep_fails_unless_allowed(sweep_file, servers, t
     assert result["verdict"] == "INCONCLUSIVE" and "we could not tell" in result["reason"]
     sweep_file.write_text(sweep_file.read_text() + "  allow_inconclusive: true\n")
     assert _sweep(sweep_file, tmp_path / "allowed", CLEAN, good.url, base.url) == 0
+
+
+def test_an_injecting_arm_is_a_canary_whether_or_not_it_says_so():
+    """An arm with `inject:` and no `canary: true` is outside the family (issue 30: it was
+    counted as a clean test, F = 4 instead of 2)."""
+    spec = SweepSpec(
+        name="f",
+        models=[{"name": "m", "path": "fixture:tiny-llama"}],
+        matrix={
+            "arms": ["fixes-on", {"name": "zap", "inject": "zero-loaded-kv:0.5"}],
+            "async_scheduling": [True],
+            "concurrency": [1, 8],
+        },
+    )
+    cells = expand_cells(spec)
+    assert {c.arm.name: c.arm.canary for c in cells} == {"fixes-on": False, "zap": True}
+    assert clean_tests(cells) == 2
+
+
+def test_the_family_counts_suspect_hypotheses_where_suspect_is_judged():
+    """With logprobs and 2 repeats SUSPECT is judged at every clean level, so each counts twice."""
+    spec = SweepSpec(
+        name="f",
+        models=[{"name": "m", "path": "fixture:tiny-llama"}],
+        eval={"logprobs": True, "repeats": 2},
+        matrix={"arms": ["fixes-on"], "async_scheduling": [True], "concurrency": [1, 8]},
+    )
+    assert clean_tests(expand_cells(spec)) == 4
+
+
+def test_a_shard_applies_holm_in_the_whole_selections_family(tmp_path):
+    """A shard holding 2 of a selection's 4 clean tests: at finish its levels are adjusted in the
+    planned family of 4 (4 × 0.016, no REGRESSION), not its own 2 (2 × 0.016 ≤ 0.05: the
+    REGRESSION a shard used to give that the merged run did not)."""
+    root = write_run(tmp_path / "run", [CellPlan("fixes-on", model="tiny-llama", drops={1: 6})])
+    cell = next(c for c in load_run(root).cells)
+    spec = cell.spec
+    assert spec is not None and cell.provenance is not None
+    cs = CellStore(root, cell.dirname, cell.provenance)
+    for c in spec.concurrency:  # judged as the shard's engine judges: alone, at alpha / 4
+        judge_level(spec, cs, c, family_size=4)
+    store = open_run(root)
+    assert store is not None
+    apply_family(store)
+    v = load_run(root).cells[0].verdicts[1].verdict
+    assert v.family_size == 4 and v.p_value is not None
+    assert v.adjusted_p_value is not None and abs(v.adjusted_p_value - 4 * v.p_value) < 1e-12
+    assert v.verdict is not Verdict.REGRESSION, v.reason
+
+
+def test_validate_prints_the_discordance_each_clean_design_tolerates(sweep_file, capsys):
+    """`pdcheck validate` names, per clean design, the largest d its power rule allows, the one
+    `tolerated_discordance` computes, with the fix past it."""
+    cells = expand_cells(load_sweep(str(sweep_file)))
+    cell, _c, design = clean_level_designs(cells, family_size=clean_tests(cells))[0]
+    d = tolerated_discordance(design, extra_pts=cell.analysis.power_extra_pts, tolerance=0.0025)
+    assert main(["validate", str(sweep_file)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"at most d = {100 * d:.1f}% of pairs" in out
+    assert "INCONCLUSIVE by construction" in out and "eval.repeats" in out
