@@ -355,13 +355,14 @@ def failure_line(row: ResultRow, *, rerun: str, first: DivergentQuestion | None)
 def _interval_sentence(levels: Sequence[float | None]) -> str:
     known = sorted({level for level in levels if level is not None})
     if not known:
-        return "Tango's paired score interval (its level is not recorded in this results folder)"
+        return "exact one-sided bounds on the drop (their level is not recorded in this results folder)"
     two_sided = " or ".join(_confidence_text(level) for level in known)
     one_sided = " or ".join(_confidence_text(1 - (1 - level) / 2) for level in known)
     return (
-        f"Tango's paired score interval at {two_sided} (1 − 2·α/k, k the looks at which the "
-        "test checks its margin: 1 without early stop), so each end is the one-sided "
-        f"{one_sided} bound the margin rule uses"
+        "exact one-sided bounds on the drop (Clopper–Pearson on the PD-worse share of discordant "
+        f"pairs and on the discordance; docs/analysis.md), shown as an interval at {two_sided} "
+        "(1 − 2·α/k, k the looks at which the test checks its margin: 1 without early stop), so "
+        f"its upper end is the one-sided {one_sided} bound the margin rule uses"
     )
 
 

@@ -41,7 +41,7 @@ def test_the_report_and_terminal_name_the_level_the_design_used(make_run):
     header, _ = tables(text)[0]
     assert header[4] == f"Δ pts ({level} CI)"
     methodology = text.split("## Methodology", 1)[1]
-    assert f"Tango's paired score interval at {level} (1 − 2·α/k" in methodology
+    assert f"shown as an interval at {level} (1 − 2·α/k" in methodology
     terminal = Console(file=io.StringIO(), width=120, color_system=None)
     terminal.print(render_summary(run))
     assert f"Δ pts ({level} CI)" in terminal.file.getvalue().splitlines()[1]
@@ -92,4 +92,4 @@ def test_a_folder_that_did_not_record_the_level_says_so():
     """A schema-1 folder (intervals then at 1 − alpha) stored no design: no level is made up for it."""
     run = load_run(Path(__file__).parents[1] / "sweep" / "data" / "v1-run")
     assert tables(render_markdown(run))[0][0][4] == "Δ pts (CI, level not recorded)"
-    assert "its level is not recorded" in render_markdown(run).split("## Methodology", 1)[1]
+    assert "their level is not recorded" in render_markdown(run).split("## Methodology", 1)[1]

@@ -65,7 +65,7 @@ def test_a_line_says_verdict_delta_interval_n_kv_and_a_short_reason(run_dir, tmp
     assert "Δ pts (90% CI)" in lines[1] and "KV tokens" in lines[1]
     canary = lines.index("tiny-llama-p1x1-d1x1-async-inject-zero · canary")
     assert (
-        _words(lines[canary + 2]) == "c8 REGRESSION -30.0 [-35.6, -25.0] 200 8,000 canary flagged"
+        _words(lines[canary + 2]) == "c8 REGRESSION -30.0 [-38.1, -20.5] 200 8,000 canary flagged"
     )
     infra = lines.index("tiny-granite-p1x1-d1x1-async-fixes-on")
     assert _words(lines[infra + 2]) == "c8 INFRA-ERROR – – – RuntimeError in pd c8"
