@@ -21,6 +21,7 @@ from pdcheck.report.details import diverging_questions, log_tails, rerun_command
 from pdcheck.report.race import race_sections
 from pdcheck.report.rows import ResultRow, build_rows
 from pdcheck.report.sections import (
+    discordance_lines,
     environment_section,
     failure_details,
     failure_line,
@@ -169,6 +170,7 @@ def render_markdown(
     failures = _failures(run, ordered)
     charts = [f"### {chart.model}\n\n{chart.to_markdown()}" for chart in accuracy_charts(rows)]
     mde = [r.mde_pts for r in rows if r.mde_pts is not None]
+    discordance = discordance_lines(rows)
     head = [
         REPORT_MARKER,
         f"# pdcheck: {run.info.sweep.name or run.info.root.name}",
@@ -207,6 +209,8 @@ def render_markdown(
                 compact=not detail.wide_table,
             ),
         ]
+        if discordance:
+            parts.append("\n".join(discordance))
         if charts:
             parts.append("## Accuracy vs concurrency")
             parts += charts if detail.charts else ["Charts left out to fit; see the full report."]

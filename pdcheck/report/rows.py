@@ -8,11 +8,14 @@ the interval's level from the stored design that computed it.
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pdcheck.analysis.design import Design
+from pdcheck.analysis.power import tolerated_discordance
 from pdcheck.analysis.verdict import Status, Verdict
 from pdcheck.sweep.judging import kv_tokens
 from pdcheck.sweep.plan import Side
@@ -60,6 +63,10 @@ class ResultRow:
     carried_from: int | None = None
     # A few words for the terminal; `reason` is the whole sentence.
     short_reason: str = ""
+    # The share of questions PD and the baseline disagree on (every repeat pooled), and the
+    # largest share at which this level's design still meets the power rule.
+    discordance: float | None = None
+    tolerated_discordance: float | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -146,6 +153,11 @@ def _numbers(entry: VerdictFile) -> dict[str, Any]:
     c = entry.comparison
     if c is None:
         return numbers
+    if v.design is not None and v.power_drop_pts is not None and c.n_pairs:
+        numbers["discordance"] = (c.worse + c.better) / c.n_pairs
+        numbers["tolerated_discordance"] = _tolerated(
+            v.design, extra_pts=v.power_drop_pts - v.design.margin_pts
+        )
     # Δ, its interval and p are the verdict's (every repeat pooled, the interval at the level
     # the test used); a verdict stored before issue 17 has only the comparison's.
     pooled = v.n_pairs is not None and v.p_value is not None
@@ -162,6 +174,12 @@ def _numbers(entry: VerdictFile) -> dict[str, Any]:
         "delta_invalid_pts": c.delta_invalid_pts,
         "agreement": c.agreement.exact_match_fraction,
     }
+
+
+@functools.lru_cache(maxsize=256)
+def _tolerated(design: Design, *, extra_pts: float) -> float:
+    """`tolerated_discordance`, once per design: a run's levels mostly share a few."""
+    return tolerated_discordance(design, extra_pts=extra_pts)
 
 
 def build_rows(run: RunResults) -> list[ResultRow]:

@@ -366,6 +366,39 @@ def _interval_sentence(levels: Sequence[float | None]) -> str:
     )
 
 
+def discordance_lines(rows: Sequence[ResultRow]) -> list[str]:
+    """The measured discordance d of the clean levels beside what their designs tolerate, and a
+    line with the fix for each level past its limit (INCONCLUSIVE by construction there)."""
+    clean = [
+        r
+        for r in rows
+        if not r.canary and r.discordance is not None and r.tolerated_discordance is not None
+    ]
+    if not clean:
+        return []
+    measured = [r.discordance for r in clean if r.discordance is not None]
+    tolerated = [r.tolerated_discordance for r in clean if r.tolerated_discordance is not None]
+    lines = [
+        f"Discordance d (questions PD and the baseline answer differently) on the clean levels: "
+        f"{_range_pct(measured)}; their designs tolerate up to {_range_pct(tolerated)} before a "
+        "clean cell is INCONCLUSIVE by construction."
+    ]
+    for r in clean:
+        d, limit = r.discordance, r.tolerated_discordance
+        if d is not None and limit is not None and d > limit:
+            lines.append(
+                f"- `{r.cell}` c{r.concurrency}: d = {100 * d:.1f}% is past the "
+                f"{100 * limit:.1f}% its design tolerates: ask more questions or repeats, widen "
+                "the margin, or use the bit-exact mode."
+            )
+    return lines
+
+
+def _range_pct(values: Sequence[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{100 * low:.1f}%" if low == high else f"{100 * low:.1f}–{100 * high:.1f}%"
+
+
 def methodology_section(
     *,
     alpha: float | None,
@@ -389,13 +422,14 @@ def methodology_section(
             "- Test: each PD run is paired question by question with its same-run no-PD baseline "
             "(repeats pooled); Δ = PD − baseline accuracy, with an exact one-sided McNemar "
             f"p-value and {_interval_sentence(interval_levels)}.",
-            f"- The run's decision: Holm across the clean tests, so a sweep with no drop fails with "
-            f"probability ≤ α = {alpha if alpha is not None else '?'}; the table shows raw and "
+            "- The run's decision: Holm across every hypothesis of the clean tests (accuracy, and "
+            "SUSPECT where it is judged), so a sweep with no drop and no corruption gives any "
+            f"REGRESSION or SUSPECT with probability ≤ α = {alpha if alpha is not None else '?'}; the table shows raw and "
             f"adjusted p. REGRESSION needs adjusted p ≤ α while a drop beyond the margin "
             f"({margin_pts if margin_pts is not None else '?'} pts) is not excluded; PASS means no drop "
             "beyond the margin was shown. SUSPECT means significantly more confident greedy "
             f"divergences than a control (tie threshold ≥ {tie_epsilon_nats if tie_epsilon_nats is not None else '?'} "
-            "nats, raised to the measured jitter; off without a control run). Canaries must be flagged.",
+            "nats, raised to the control's own measured jitter; off without a control run). Canaries must be flagged.",
             f"- INCONCLUSIVE when the chance of flagging a drop of margin + 1 pt is below 80% (exact, "
             f"for this design), and it fails the gate unless `analysis.allow_inconclusive`; "
             f"minimum detectable effect at this n (approximate): {mde}.",
