@@ -19,6 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from pdcheck.contracts import environment
+from pdcheck.contracts.plugin_files import (
+    ACTIVATION_GLOB,
+    KV_LOAD_HOOK_WITH_KV_CACHES,
+    SCHEDULER_BUILT,
+)
 from pdcheck.errors import InfraError
 from pdcheck.serving.endpoints import Endpoints, ServerRecord, TopologyRecord
 from pdcheck.serving.forkserver import FORK_SERVERS, FORKSERVER_ENV, ForkServers, forkable
@@ -251,18 +256,10 @@ def check_plugin_active(servers: Sequence[ServerPlan]) -> None:
         )
 
 
-SCHEDULER_BUILT = (
-    "scheduler-built"  # pdcheck.vllm_plugin.marker's names; serving never imports the plugin
-)
-KV_LOAD_HOOK_WITH_KV_CACHES = "kv-load-hook-with-kv-caches"
-
-
 def read_markers(server: ServerPlan) -> list[dict[str, Any]]:
     """The plugin's activation markers of one server, one per vLLM process it activated in."""
     return [
-        m
-        for m in map(_read_json, sorted(server.plugin_dir.glob("activation-*.json")))
-        if m is not None
+        m for m in map(_read_json, sorted(server.plugin_dir.glob(ACTIVATION_GLOB))) if m is not None
     ]
 
 

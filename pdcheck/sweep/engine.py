@@ -26,6 +26,7 @@ import msgspec
 from pdcheck.analysis.sequential import SequentialTest
 from pdcheck.analysis.verdict import Outcome
 from pdcheck.config import Cell, resolve_model_path
+from pdcheck.contracts.plugin_files import INJECTIONS_FILE
 from pdcheck.errors import ExitCode
 from pdcheck.evals.dataset import TaskData
 from pdcheck.evals.records import QuestionRecord, read_records
@@ -513,7 +514,7 @@ def _injections(endpoints: Endpoints, run_tag: str) -> tuple[dict[str, Any], ...
     """The plugin's injection-log lines of this unit (its run tag), from every decoder."""
     out = []
     for folder in endpoints.plugin_dirs:
-        log = Path(folder) / "injections.jsonl"
+        log = Path(folder) / INJECTIONS_FILE
         if not log.is_file():
             continue
         for line in log.read_text().splitlines():

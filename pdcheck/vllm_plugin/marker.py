@@ -35,6 +35,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pdcheck.contracts.plugin_files import (
+    ACTIVATION_GLOB,
+    INJECTIONS_FILE,
+    KV_LOAD_HOOK_WITH_KV_CACHES,
+    SCHEDULER_BUILT,
+    activation_marker_name,
+)
+
 __all__ = [
     "ACTIVATION_GLOB",
     "INJECTIONS_FILE",
@@ -47,10 +55,6 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-ACTIVATION_GLOB = "activation-*.json"
-INJECTIONS_FILE = "injections.jsonl"
-SCHEDULER_BUILT = "scheduler-built"
-KV_LOAD_HOOK_WITH_KV_CACHES = "kv-load-hook-with-kv-caches"
 
 _marker_lock = threading.Lock()
 # What a forked child's own marker starts from: this process's folder and activation.
@@ -126,7 +130,7 @@ def record_in_marker(plugin_dir: Path, did: str, **facts: object) -> None:
 
 
 def _marker_path(plugin_dir: Path) -> Path:
-    return plugin_dir / f"activation-{os.getpid()}.json"
+    return plugin_dir / activation_marker_name(os.getpid())
 
 
 def _write(path: Path, marker: dict) -> None:

@@ -87,7 +87,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "serving": {"config", "contracts", "errors"},
     "evals": {"config", "contracts", "errors"},
     "analysis": {"config", "evals", "errors"},
-    "sweep": {"analysis", "config", "evals", "serving", "errors"},
+    "sweep": {"analysis", "config", "contracts", "evals", "serving", "errors"},
     "report": {"analysis", "config", "contracts", "evals", "errors"},
     "cli": {"*"},
     "__main__": {"cli"},

@@ -105,15 +105,6 @@ def test_a_forked_child_writes_its_own_marker_with_the_inherited_switches(tmp_pa
     assert child["process_name"] == "EngineCore"  # named by multiprocessing after the fork
 
 
-def test_serving_reads_the_event_names_the_plugin_writes():
-    from pdcheck.serving import topology
-
-    assert (topology.SCHEDULER_BUILT, topology.KV_LOAD_HOOK_WITH_KV_CACHES) == (
-        SCHEDULER_BUILT,
-        KV_LOAD_HOOK_WITH_KV_CACHES,
-    )
-
-
 def _record(i: int) -> InjectionRecord:
     return InjectionRecord(
         x_request_id=f"pd-q{i:05d}",
