@@ -26,7 +26,7 @@ from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
 from pdcheck.serving.process import ServerProcess, server_environ
 from tests.integration.conftest import MODELS, READY_TIMEOUT_S, SERVE_ARGS, complete, model_path
-from tests.unit.serving.test_process import alive
+from tests.unit.serving.test_process import alive, has_socket
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
@@ -135,7 +135,7 @@ def test_a_queued_launcher_that_stops_harms_no_other_and_forks_see_a_direct_envi
             env={**env, FORKSERVER_ENV: socket_path},
             process_group=0,
         )
-        while not _has_socket(queued.pid):
+        while not has_socket(queued.pid):
             assert queued.poll() is None
             time.sleep(0.05)
         time.sleep(0.5)  # its request follows its connect at once; vLLM's import takes seconds
@@ -169,12 +169,3 @@ def test_a_queued_launcher_that_stops_harms_no_other_and_forks_see_a_direct_envi
         k for k in forked.keys() | direct_environ.keys() if forked.get(k) != direct_environ.get(k)
     }
     assert differ == {"PDCHECK_PLUGIN_DIR"}, differ
-
-
-def _has_socket(pid: int) -> bool:
-    try:
-        return any(
-            os.readlink(fd).startswith("socket:") for fd in Path(f"/proc/{pid}/fd").iterdir()
-        )
-    except OSError:
-        return False

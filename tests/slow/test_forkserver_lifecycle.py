@@ -31,7 +31,7 @@ from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
 from pdcheck.serving.process import server_environ
 from tests.unit.serving.conftest import make_cell
-from tests.unit.serving.test_process import STUB, alive, recorded_pids, wait_gone
+from tests.unit.serving.test_process import STUB, alive, has_socket, recorded_pids, wait_gone
 from tests.unit.serving.test_topology import complete
 
 # A pdcheck that starts a fork server for its environment, says where, and waits to be killed.
@@ -197,7 +197,7 @@ def test_a_launcher_stopped_while_queued_leaves_the_others_serving(
         process_group=0,
     )
     deadline = time.monotonic() + 30
-    while not _has_socket(queued.pid) and time.monotonic() < deadline:
+    while not has_socket(queued.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # its request follows its connect at once; the import takes 4 s more
     queued.send_signal(signal.SIGTERM)
@@ -257,15 +257,6 @@ def _differs(envs: dict[str, dict[str, str]], key: str) -> bool:
 
 def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def _has_socket(pid: int) -> bool:
-    try:
-        return any(
-            os.readlink(fd).startswith("socket:") for fd in Path(f"/proc/{pid}/fd").iterdir()
-        )
-    except OSError:
-        return False
 
 
 # A pdcheck with stand-in servers started on their own (no fork server), killed with SIGKILL.
