@@ -73,10 +73,6 @@ def run_forked(socket_path: str, argv: list[str]) -> int:
     """Have the fork server start the server for `argv`; its exit code once it has exited."""
     from pdcheck._vllm.forkserver import recv_message, send_message
 
-    sock = _connect(socket_path)
-    env = {k: v for k, v in os.environ.items() if k != FORKSERVER_ENV}
-    request = {"argv": argv, "env": env, "cwd": os.getcwd(), "pgid": os.getpgrp()}
-    send_message(sock, request, fds=[0, 1, 2])
     # The group's SIGTERM reaches the server too; until the server has exited, this process
     # must not, or its exit would read as the server's.
     server_started = False
@@ -87,6 +83,13 @@ def run_forked(socket_path: str, argv: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
+    sock = _connect(socket_path)
+    env = {k: v for k, v in os.environ.items() if k != FORKSERVER_ENV}
+    request = {"argv": argv, "env": env, "cwd": os.getcwd(), "pgid": os.getpgrp()}
+    send_message(sock, request, fds=[0, 1, 2])
+    # A server's log then says why nothing happens yet: the fork server may still be importing.
+    print(f"pdcheck: asked the vLLM fork server at {socket_path} for the server", file=sys.stderr)
+    sys.stderr.flush()
     while True:
         message, _ = recv_message(sock)
         if message is None:

@@ -26,7 +26,7 @@ from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
 from pdcheck.serving.process import ServerProcess, server_environ
 from tests.integration.conftest import MODELS, READY_TIMEOUT_S, SERVE_ARGS, complete, model_path
-from tests.unit.serving.test_process import alive, has_socket
+from tests.unit.serving.test_process import alive
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
@@ -133,12 +133,12 @@ def test_a_queued_launcher_that_stops_harms_no_other_and_forks_see_a_direct_envi
         queued = subprocess.Popen(
             [*server.argv[:3], "serve", "m", "--port", "1"],
             env={**env, FORKSERVER_ENV: socket_path},
+            stderr=subprocess.PIPE,
+            text=True,
             process_group=0,
         )
-        while not has_socket(queued.pid):
-            assert queued.poll() is None
-            time.sleep(0.05)
-        time.sleep(0.5)  # its request follows its connect at once; vLLM's import takes seconds
+        assert queued.stderr is not None
+        assert "asked the vLLM fork server" in queued.stderr.readline()  # its request is queued
         queued.send_signal(signal.SIGTERM)
         assert queued.wait(timeout=30) == 128 + signal.SIGTERM
         with serve_baseline(plan, fork_servers=fork_servers) as endpoints:

@@ -31,7 +31,7 @@ from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
 from pdcheck.serving.process import server_environ
 from tests.unit.serving.conftest import make_cell
-from tests.unit.serving.test_process import STUB, alive, has_socket, recorded_pids, wait_gone
+from tests.unit.serving.test_process import STUB, alive, recorded_pids, wait_gone
 from tests.unit.serving.test_topology import complete
 
 # A pdcheck that starts a fork server for its environment, says where, and waits to be killed.
@@ -194,12 +194,12 @@ def test_a_launcher_stopped_while_queued_leaves_the_others_serving(
     queued = subprocess.Popen(
         [sys.executable, "-m", CPU_LAUNCHER_MODULE, "serve", "m", "--port", "1"],
         env={**env, FORKSERVER_ENV: socket_path},
+        stderr=subprocess.PIPE,
+        text=True,
         process_group=0,
     )
-    deadline = time.monotonic() + 30
-    while not has_socket(queued.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # its request follows its connect at once; the import takes 4 s more
+    assert queued.stderr is not None
+    assert "asked the vLLM fork server" in queued.stderr.readline()  # its request is queued
     queued.send_signal(signal.SIGTERM)
     assert queued.wait(timeout=30) == 128 + signal.SIGTERM
     with serve_baseline(plan, fork_servers=fork_servers) as endpoints:

@@ -35,16 +35,6 @@ def alive(pid: int) -> bool:
         return False
 
 
-def has_socket(pid: int) -> bool:
-    """True once the process holds a socket (a launcher that has connected to its fork server)."""
-    try:
-        return any(
-            os.readlink(fd).startswith("socket:") for fd in Path(f"/proc/{pid}/fd").iterdir()
-        )
-    except OSError:
-        return False
-
-
 def default_ctrl_c() -> None:
     """preexec_fn: the child gets SIGINT as from a terminal, whatever the test run inherited.
 
