@@ -25,8 +25,8 @@ from pdcheck.serving.forkserver import FORKSERVER_ENV, FORKSERVER_MODULE, ForkSe
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
 from pdcheck.serving.process import ServerProcess, server_environ
+from tests.fakes.stub_topology import alive
 from tests.integration.conftest import MODELS, READY_TIMEOUT_S, SERVE_ARGS, complete, model_path
-from tests.unit.serving.test_process import alive
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 

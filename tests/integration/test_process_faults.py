@@ -23,7 +23,7 @@ import yaml
 
 from pdcheck.config.load import SWEEPS_DIR
 from pdcheck.config.paths import fixture_models_dir
-from tests.unit.serving.test_process import default_ctrl_c
+from tests.fakes.stub_topology import default_ctrl_c
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 

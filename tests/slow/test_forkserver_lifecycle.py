@@ -30,9 +30,8 @@ from pdcheck.serving.forkserver import (
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
 from pdcheck.serving.process import server_environ
+from tests.fakes.stub_topology import STUB, alive, complete, recorded_pids, wait_gone
 from tests.unit.serving.conftest import make_cell
-from tests.unit.serving.test_process import STUB, alive, recorded_pids, wait_gone
-from tests.unit.serving.test_topology import complete
 
 # A pdcheck that starts a fork server for its environment, says where, and waits to be killed.
 _PDCHECK = """
@@ -264,7 +263,7 @@ _DRIVER = """
 import sys
 from pathlib import Path
 sys.path.insert(0, {root!r})
-from tests.unit.serving.test_topology import stub_plan
+from tests.fakes.stub_topology import stub_plan
 from pdcheck.serving import serve_topology
 with serve_topology(stub_plan(Path({tmp!r}), {bucket})):
     print("READY", flush=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.serving.test_process import alive, default_ctrl_c, recorded_pids, wait_gone
+from tests.fakes.stub_topology import alive, default_ctrl_c, recorded_pids, wait_gone
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -66,7 +66,7 @@ def test_proxy_stops_on_ctrl_c_or_sigterm(sig):
 
 def _stub_sweep(tmp_path, mode: str) -> str:
     """A sweep whose arm's vLLM 'executable' is the stand-in server (same pid via exec)."""
-    from tests.unit.serving.test_process import STUB
+    from tests.fakes.stub_topology import STUB
 
     launcher = tmp_path / "fake-vllm"
     launcher.write_text(f'#!/bin/sh\nexec {sys.executable} {STUB} "$@"\n')
@@ -155,7 +155,7 @@ DRIVER = textwrap.dedent(
     import sys
     from pathlib import Path
     sys.path.insert(0, {root!r})
-    from tests.unit.serving.test_topology import stub_plan
+    from tests.fakes.stub_topology import stub_plan
     from pdcheck.serving import serve_topology
     plan = stub_plan(Path({tmp!r}), {bucket}, mode={mode!r})
     with serve_topology(plan) as endpoints:

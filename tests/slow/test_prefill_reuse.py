@@ -17,8 +17,8 @@ import pytest
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
 from pdcheck.sweep.serving_backend import ServingBackend
+from tests.fakes.stub_topology import STUB, alive, recorded_pids, wait_gone
 from tests.unit.serving.conftest import make_cell
-from tests.unit.serving.test_process import STUB, alive, recorded_pids, wait_gone
 
 
 @pytest.fixture

@@ -1,84 +1,15 @@
-"""Topologies of stand-in servers: PD through the proxy, a decoder dying mid-run, the plugin check,
-attach mode. Interrupting pdcheck while they run: tests/slow/test_interrupts.py."""
+"""The plugin check on activation markers, and attach mode. Topologies of stand-in servers run in
+tests/slow/test_server_topology.py; interrupting pdcheck while they run, test_interrupts.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import sys
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-from pdcheck.errors import ConfigError, InfraError, ServerCrashed
-from pdcheck.serving import attach, plan_topology, serve_pd, serve_topology
-from pdcheck.serving.gpus import GpuInventory
-from pdcheck.serving.ports import PortAllocator
-from tests.unit.serving.conftest import make_cell
-from tests.unit.serving.test_process import STUB, recorded_pids, wait_gone
-
-NO_GPUS = GpuInventory((), "none")
-
-
-def stub_plan(tmp_path: Path, bucket: int, *, mode: str = "ok", arm: str = "fixes-on"):
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir(exist_ok=True)
-    cell = make_cell(
-        matrix={"arms": [arm], "env": [{"STUB_MODE": mode, "STUB_PID_DIR": str(pid_dir)}]},
-        serving={"platform": "cpu", "ready_timeout_s": 30},
-    )
-    return plan_topology(
-        cell,
-        inventory=NO_GPUS,
-        ports=PortAllocator(bucket=bucket),
-        run_dir=tmp_path,
-        launcher=[sys.executable, STUB],
-    )
-
-
-def complete(url: str) -> tuple[int, dict]:
-    req = urllib.request.Request(
-        url + "/v1/completions",
-        data=b'{"prompt": "Q", "max_tokens": 4}',
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=20) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-def test_pd_through_proxy_then_decoder_dies_mid_run(tmp_path, worker_index):
-    """Requests flow prefill→decode via the proxy; a decoder that dies gives 502 (side decode) and check_alive raises."""
-    plan = stub_plan(tmp_path, worker_index)
-    with serve_topology(plan) as endpoints:
-        assert complete(endpoints.pd_url)[0] == 200
-        assert complete(endpoints.baseline_url)[0] == 200
-        assert set(endpoints.log_paths) == {"prefill-0", "decode-0", "baseline-0"}
-        decoder = next(p for p in endpoints.processes if p.name == "decode-0")
-        os.killpg(decoder.pid, signal.SIGKILL)
-        decoder._proc.wait()
-        status, body = complete(endpoints.pd_url)
-        assert status == 502 and body["error"]["side"] == "decode"
-        with pytest.raises(ServerCrashed, match="decode-0"):
-            endpoints.check_alive()
-        pids = recorded_pids(tmp_path / "pids")
-    assert wait_gone(pids) == []
-
-
-def test_arm_needing_the_plugin_is_refused_without_activation_markers(tmp_path, worker_index):
-    """A fixes-off arm whose servers wrote no plugin marker is an InfraError, and nothing is left running."""
-    plan = stub_plan(tmp_path, worker_index, arm="fixes-off")
-    with pytest.raises(
-        InfraError,
-        match=r"plugin did not activate as the arm needs: prefill-0 .*no activation marker",
-    ):
-        with serve_pd(plan):
-            pass
-    assert wait_gone(recorded_pids(tmp_path / "pids")) == []
+from pdcheck.errors import ConfigError, InfraError
+from pdcheck.serving import attach
+from tests.fakes.stub_topology import stub_plan
 
 
 def _marker(plugin_dir, pid, process_name, switches, fixes_present=None, did=(), **facts):

@@ -23,8 +23,8 @@ from pdcheck.sweep.engine import Engine
 from pdcheck.sweep.schema import SweepInfo
 from pdcheck.sweep.serving_backend import ServingBackend
 from pdcheck.sweep.store import Provenance, create_run
+from tests.fakes.stub_topology import STUB, recorded_pids, wait_gone
 from tests.unit.serving.conftest import make_cell
-from tests.unit.serving.test_process import STUB, recorded_pids, wait_gone
 
 
 def live_argv(pid: int) -> list[str]:

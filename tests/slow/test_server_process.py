@@ -1,73 +1,21 @@
 """Server lifecycle with stand-in servers (tests/fakes/stub_server.py): readiness, crashes, teardown.
 
 The stand-in forks a child like vLLM's engine process and records both pids, so every test
-can check that nothing is left behind.
+can check that nothing is left behind. (Moved from tests/unit: every test starts processes.)
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from pdcheck.errors import ServerCrashed, ServerStartTimeout
 from pdcheck.serving.ports import PortAllocator
-from pdcheck.serving.process import ServerProcess, stop_all, wait_all_ready
-
-STUB = str(Path(__file__).resolve().parents[2] / "fakes" / "stub_server.py")
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it has no resources left, so it counts as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def default_ctrl_c() -> None:
-    """preexec_fn: the child gets SIGINT as from a terminal, whatever the test run inherited.
-
-    An ignored SIGINT is inherited: a shell ignores it for background jobs, so `make test &` or
-    `nohup .ci/run &` hands SIG_IGN to every pytest worker and its children, and a Ctrl-C test
-    would then test that instead of pdcheck (it timed out that way in a backgrounded CI run).
-    """
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-def recorded_pids(pid_dir: Path) -> list[int]:
-    return [int(p) for f in pid_dir.glob("*.pids") for p in f.read_text().split()]
-
-
-def wait_gone(pids: list[int], timeout_s: float = 30.0) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.05)
-    return [p for p in pids if alive(p)]
-
-
-def stub(tmp_path: Path, mode: str, port: int, *, grace_s: float = 5.0) -> ServerProcess:
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir(exist_ok=True)
-    return ServerProcess(
-        [sys.executable, STUB, "serve", "m", "--port", str(port)],
-        name=f"{mode}-0",
-        url=f"http://127.0.0.1:{port}",
-        log_path=tmp_path / "logs" / f"{mode}-0.log",
-        env={"STUB_MODE": mode, "STUB_PID_DIR": str(pid_dir)},
-        grace_s=grace_s,
-    )
+from pdcheck.serving.process import stop_all, wait_all_ready
+from tests.fakes.stub_topology import alive, recorded_pids, stub, wait_gone
 
 
 @pytest.fixture
