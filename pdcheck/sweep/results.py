@@ -226,6 +226,7 @@ class _Environment(msgspec.Struct):
 
 
 class _RaceVariant(msgspec.Struct):
+    variant: str = "?"
     seeds: int = 0
     seeds_with_findings: int = 0
     seeds_by_family: dict[str, int] = {}
