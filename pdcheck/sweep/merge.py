@@ -24,8 +24,10 @@ def merge_runs(
     sources: Sequence[Path], out: Path, *, render_report: RenderReport | None = None
 ) -> RunResults:
     """Copy every shard's cells (and the race summary) into `out`, then write junit, report and summary."""
-    if out.exists() and any(out.iterdir()):
-        raise ConfigError(f"--out {out} already holds files; merge into a new folder")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(
+            f"--out {out} already exists and is not an empty folder; merge into a new folder"
+        )
     runs: list[RunFile] = []
     for src in sources:
         if read_run_file(Path(src)) is None:

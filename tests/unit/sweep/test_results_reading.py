@@ -229,3 +229,11 @@ def test_sweep_resume_on_a_broken_folder_exits_3_and_starts_nothing(
     assert code == ExitCode.CONFIG and "Traceback" not in output, output
     where = f"{path}:1: " if rel.endswith(".jsonl") else f"{path}: "
     assert where in output, output
+
+
+def test_merge_into_a_file_exits_3(template, tmp_path):
+    """`--out` naming a file is refused like a folder that holds files, not with a traceback."""
+    out = tmp_path / "merged"
+    out.write_text("")
+    code, output = run_cli("merge", str(template), "--out", str(out))
+    assert code == ExitCode.CONFIG and f"--out {out} already exists" in output, output
