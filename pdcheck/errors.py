@@ -52,7 +52,7 @@ class ExitCode(enum.IntEnum):
     OK = 0  # all pass (canaries flagged), harness clean, bisect "good"
     FAILED = 1  # REGRESSION/SUSPECT, an unflagged canary, race findings, bisect "bad"
     INFRA = 2  # INFRA-ERROR, crashed servers, no KV transferred, harness could not run
-    CONFIG = 3  # bad sweep file or options; nothing was started
+    CONFIG = 3  # bad input (sweep file, options, a malformed file to read); nothing was started
     BISECT_SKIP = 125  # git bisect's "skip": the commit cannot be tested
 
 
