@@ -4,9 +4,10 @@ Hierarchy (what callers catch is a base class)::
 
     PdcheckError                      exit 2 unless a subclass says otherwise
     ├── ConfigError                   exit 3: a sweep file or option is wrong; nothing started
-    │   ├── ResultsFileError          a results folder's file is unreadable or of an unsupported version
-    │   └── SweepFileError            with file, line and dotted key path
-    │       └── SweepFileErrors       several, each with its own line and key path
+    │   └── InputFileError            a file pdcheck reads is malformed: its path, line and the problem
+    │       ├── ResultsFileError      a results folder's file is unreadable or of an unsupported version
+    │       └── SweepFileError        with file, line and dotted key path
+    │           └── SweepFileErrors   several, each with its own line and key path
     ├── DatasetError                  exit 2: GSM8K could not be loaded; says how to provide it
     ├── InfraError                    exit 2: the machinery failed, not the model
     │   ├── ServerCrashed             a server process exited before or while serving
@@ -33,6 +34,7 @@ __all__ = [
     "GpuInventoryError",
     "HarnessError",
     "InfraError",
+    "InputFileError",
     "PdcheckError",
     "PortUnavailable",
     "ResultsFileError",
@@ -55,7 +57,7 @@ class ExitCode(enum.IntEnum):
     OK = 0  # all pass (canaries flagged), harness clean, bisect found the culprit
     FAILED = 1  # REGRESSION/SUSPECT, an unflagged canary, race findings, bisect: only skips left
     INFRA = 2  # INFRA-ERROR, crashed servers, no KV transferred, harness could not run
-    CONFIG = 3  # bad sweep file or options; nothing was started
+    CONFIG = 3  # bad input (sweep file, options, a malformed file to read); nothing was started
     BISECT_SKIP = 125  # a bisect step's "skip": the commit cannot be tested
 
 
@@ -71,17 +73,27 @@ class ConfigError(PdcheckError, ValueError):
     exit_code = ExitCode.CONFIG
 
 
-class SweepFileError(ConfigError):
+class InputFileError(ConfigError):
+    """A file pdcheck reads (records, a results folder's JSON, a sweep file, a log) is malformed.
+
+    Says `path:line: problem` (the line when the file is read line by line); a malformed file is
+    the user's input, so it exits 3 like any other bad input, never with a traceback.
+    """
+
+    def __init__(self, problem: str, *, path: object, line: int | None = None):
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+        where = self.path if line is None else f"{self.path}:{line}"
+        super().__init__(f"{where}: {problem}")
+
+
+class SweepFileError(InputFileError):
     """A sweep file is invalid; carries where (file, line, key path) and what is allowed."""
 
     def __init__(self, message: str, *, path: str, line: int | None = None, key: str | None = None):
-        self.path = path
-        self.line = line
         self.key = key
-        where = path if line is None else f"{path}:{line}"
-        if key:
-            where = f"{where}: {key}"
-        super().__init__(f"{where}: {message}")
+        super().__init__(f"{key}: {message}" if key else message, path=path, line=line)
 
 
 class SweepFileErrors(SweepFileError):
@@ -93,6 +105,7 @@ class SweepFileErrors(SweepFileError):
         self.problems = tuple(problems)
         first = problems[0]
         self.path, self.line, self.key = first.path, first.line, first.key
+        self.problem = first.problem
         lines = [f"{len(problems)} problems in {first.path}:", *(f"  {p}" for p in problems)]
         ConfigError.__init__(self, "\n".join(lines))
 
@@ -168,15 +181,11 @@ class HarnessError(PdcheckError):
     """The race harness could not run (vLLM missing or incompatible, bad workload)."""
 
 
-class ResultsFileError(ConfigError):
+class ResultsFileError(InputFileError):
     """A results folder's file cannot be read: not JSON, an unsupported schema version, or a wrong shape.
 
     Names the file; nothing is started or written.
     """
-
-    def __init__(self, message: str, *, path: object):
-        self.path = str(path)
-        super().__init__(message)
 
 
 class BisectError(PdcheckError):

@@ -1,8 +1,9 @@
 """`pdcheck compare BASELINE.jsonl PD.jsonl`: the whole paired analysis of two record files.
 
-Exit code follows the verdict: 0 PASS, 1 REGRESSION or SUSPECT, 2 INFRA-ERROR, 3 bad input
-(files over different questions). INCONCLUSIVE exits 1 ("we could not tell" is not green),
-or 0 with a warning on stderr under `--allow-inconclusive`; either way the line says why.
+Exit code follows the verdict: 0 PASS, 1 REGRESSION or SUSPECT, 2 INFRA-ERROR, 3 bad input (a
+malformed file, named with its line, or files over different questions). INCONCLUSIVE exits 1
+("we could not tell" is not green), or 0 with a warning on stderr under `--allow-inconclusive`;
+either way the line says why.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from pdcheck.analysis import (
     divergence_precision,
 )
 from pdcheck.analysis.design import Design
+from pdcheck.analysis.injection import injected_indices
 from pdcheck.analysis.sequential import sequential_result
 from pdcheck.analysis.verdict import gate_exit_code
 from pdcheck.cli._common import console, err_console
 from pdcheck.config import AnalysisPolicy
+from pdcheck.errors import InputFileError
+from pdcheck.evals.jsonl import read_jsonl
 from pdcheck.evals.records import read_records
 
 _FILE = click.Path(exists=True, dir_okay=False)
@@ -123,6 +127,24 @@ def _tables(c: PairedComparison) -> list[Table]:
             f"{ct.control_count}/{ct.control_pairs} in control, one-sided Fisher p={ct.p_value:.3g}"
         )
     return [sides, paired, agree]
+
+
+class _InjectionLine(msgspec.Struct):
+    """What compare reads of an injections.jsonl line (`pdcheck.vllm_plugin.marker.InjectionRecord`)."""
+
+    x_request_id: str
+
+
+def _injected_ids(path: str, *, run_tag: str | None) -> list[str]:
+    """The X-Request-Ids of the injection log, each checked to name a question, or InputFileError."""
+    ids = []
+    for number, entry in read_jsonl(path, _InjectionLine, what="an injection record"):
+        try:
+            injected_indices([entry.x_request_id], run_tag=run_tag)
+        except ValueError as exc:
+            raise InputFileError(str(exc), path=path, line=number) from None
+        ids.append(entry.x_request_id)
+    return ids
 
 
 @click.command()
@@ -225,7 +247,8 @@ def compare(
 
     \b
     Exit: 0 PASS, 1 REGRESSION or SUSPECT (and INCONCLUSIVE unless
-    --allow-inconclusive), 2 INFRA-ERROR, 3 the files cover different questions.
+    --allow-inconclusive), 2 INFRA-ERROR, 3 a file is malformed (the message names it and the
+    line) or the files cover different questions.
     """
     policy = AnalysisPolicy(
         margin_pts=margin_pts,
@@ -266,10 +289,11 @@ def compare(
     )
     precision = None
     if injections:
-        with open(injections, encoding="utf-8") as f:
-            log = [json.loads(line) for line in f if line.strip()]
         precision = divergence_precision(
-            log, comparison.agreement, run_tag=run_tag, questions=[r.index for r in pd_records]
+            _injected_ids(injections, run_tag=run_tag),
+            comparison.agreement,
+            run_tag=run_tag,
+            questions=[r.index for r in pd_records],
         )
     if as_json:
         click.echo(

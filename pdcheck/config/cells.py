@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -147,23 +146,12 @@ def _matches(cell: Cell, selector: dict[str, Any]) -> bool:
     return all(values[k] == v for k, v in selector.items())
 
 
-def _check_selectors(selectors: Sequence[Mapping[str, Any]], which: str) -> None:
-    for i, sel in enumerate(selectors):
-        unknown = sorted(set(sel) - set(SELECTOR_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"{which}[{i}]: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(SELECTOR_KEYS)}"
-            )
-
-
 def expand_cells(spec: SweepSpec) -> list[Cell]:
     """All cells of the sweep, in a stable order, after include/exclude rules.
 
     `exclude` drops matching cells; `include` (when given) keeps only cells matching at
     least one of its selectors.
     """
-    _check_selectors(spec.include, "include")
-    _check_selectors(spec.exclude, "exclude")
     envs = {e.name: e for e in spec.environments}
     arms = [BUILTIN_ARMS[a] if isinstance(a, str) else a for a in spec.matrix.arms]
     m = spec.matrix

@@ -12,9 +12,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from pdcheck.config.cells import SELECTOR_KEYS, expand_cells
 from pdcheck.config.paths import shipped_dir
 from pdcheck.config.schema import UNION_TAGS, SweepSpec
-from pdcheck.errors import SweepFileError, SweepFileErrors
+from pdcheck.errors import ConfigError, SweepFileError, SweepFileErrors
 
 # A key path into the sweep file, as pydantic reports it: mapping keys and list indices.
 Loc = tuple[str | int, ...]
@@ -45,7 +46,7 @@ def resolve_sweep_path(name_or_path: str | Path) -> Path:
 
 def load_sweep(path: str | Path) -> SweepSpec:
     path = resolve_sweep_path(path)
-    text = path.read_text()
+    text = _read_text(path)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -54,11 +55,35 @@ def load_sweep(path: str | Path) -> SweepSpec:
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
         raise SweepFileError(f"YAML syntax error: {problem}", path=str(path), line=line) from None
+    except RecursionError:
+        raise SweepFileError("YAML nested too deeply to read", path=str(path)) from None
     if not isinstance(data, dict):
         raise SweepFileError(
             "a sweep file must be a mapping at the top level", path=str(path), line=1
         )
-    return parse_sweep(data, source=str(path), node=node)
+    spec = parse_sweep(data, source=str(path), node=node)
+    # A file whose include/exclude rules leave no cells, or give one cell twice, is wrong too.
+    try:
+        expand_cells(spec)
+    except ConfigError as exc:
+        raise SweepFileError(str(exc), path=str(path)) from None
+    return spec
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SweepFileError(f"cannot be read ({exc.strerror})", path=str(path)) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise SweepFileError(
+            f"not UTF-8 text (byte {raw[exc.start]:#04x}); a sweep file is UTF-8 YAML",
+            path=str(path),
+            line=line,
+        ) from None
 
 
 def parse_sweep(
@@ -90,7 +115,15 @@ def parse_sweep(
 
 
 def _cross_reference_problem(spec: SweepSpec) -> tuple[Loc, str] | None:
-    """Checks that span sections: arm names unique, environments that arms name exist."""
+    """Checks that span sections: arm names unique, environments that arms name exist, selectors
+    name cell fields."""
+    for which, selectors in (("include", spec.include), ("exclude", spec.exclude)):
+        for i, selector in enumerate(selectors):
+            unknown = sorted(set(selector) - set(SELECTOR_KEYS))
+            if unknown:
+                return (which, i, unknown[0]), (
+                    f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(SELECTOR_KEYS)}"
+                )
     env_names = [e.name for e in spec.environments]
     for i, env in enumerate(spec.environments):
         if env_names.count(env.name) > 1:

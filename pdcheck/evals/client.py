@@ -212,7 +212,7 @@ def _completion_logprobs(lp: Any) -> tuple[TokenLogprobs, ...] | None:
     return tuple(
         TokenLogprobs(
             token,
-            float(logprob) if logprob is not None else float("nan"),
+            float(logprob) if logprob is not None else None,
             _ranked(list((top or {}).items())),
         )
         for token, logprob, top in zip(

@@ -3,45 +3,51 @@
 Records are appended to a JSONL file as they arrive, one line per finished question, whole
 lines handed to the kernel in one write (`RecordWriter`), so an interrupted or killed run keeps
 every record already written; a torn last line (power loss, full disk, a kill in the middle of a
-large write) is skipped on reading.
+large write) is skipped on reading. Reading decodes each line into its type: a line that is not
+a record is refused with the file and the line (`read_records`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import re
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Container, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import msgspec
+
+from pdcheck.evals.jsonl import read_jsonl
 
 RECORD_SCHEMA_VERSION = 1
 
 
-@dataclass(frozen=True)
-class TokenLogprobs:
-    """The generated token and the top alternatives (at least 2 when asked) at one position."""
+class TokenLogprobs(msgspec.Struct, frozen=True, array_like=True):
+    """The generated token and the top alternatives (at least 2 when asked) at one position.
+
+    In a records file a position is the array `[token, logprob, [[alternative, logprob], ...]]`.
+    A logprob the server did not give is None; JSON has no NaN or infinity, so those are written
+    as null and read back as None too.
+    """
 
     token: str
-    logprob: float
-    top: tuple[tuple[str, float], ...] = ()
+    logprob: float | None
+    top: tuple[tuple[str, float | None], ...] = ()
 
     @property
     def top2_margin(self) -> float | None:
         """logprob(best) - logprob(second best): how close this position was to a tie (nats).
 
-        None when unknown: fewer than two alternatives, or one is NaN (a value the server did
-        not give, or −inf written as null), since the missing one could rank anywhere.
+        None when unknown: fewer than two alternatives, or one is unknown (None or NaN), since
+        the missing one could rank anywhere.
         """
         if len(self.top) < 2:
             return None
         best = second = -math.inf
         for _, lp in self.top:
-            if math.isnan(lp):
+            if lp is None or math.isnan(lp):
                 return None
             if lp > best:
                 best, second = lp, best
@@ -83,32 +89,10 @@ class QuestionRecord:
 
     def encode(self) -> bytes:
         """One JSON line without its line end: the fields in order, tuples as arrays, NaN as null."""
-        if self.logprobs is None:
-            return _encode(self)
-        # Each position as a compact [token, logprob, [[alternative, logprob], ...]].
-        data = {name: getattr(self, name) for name in _FIELD_NAMES}
-        data["logprobs"] = [[t.token, t.logprob, [list(p) for p in t.top]] for t in self.logprobs]
-        return _encode(data)
+        return _encode(self)
 
     def to_json(self) -> str:
         return self.encode().decode()
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> QuestionRecord:
-        known = {f.name for f in fields(cls)}
-        data = {k: v for k, v in data.items() if k in known}
-        if data.get("token_ids") is not None:
-            data["token_ids"] = tuple(data["token_ids"])
-        if data.get("logprobs") is not None:
-            data["logprobs"] = tuple(
-                TokenLogprobs(
-                    tok,
-                    _NAN if lp is None else lp,
-                    tuple((a, _NAN if b is None else b) for a, b in top),
-                )
-                for tok, lp, top in data["logprobs"]
-            )
-        return cls(**data)
 
 
 # Told of every record once it is written (progress, live checks).
@@ -116,8 +100,6 @@ OnRecord = Callable[[QuestionRecord], None]
 # Asked of every record once it is written; True ends the run early (see `arun_eval`).
 ShouldStop = Callable[[QuestionRecord], bool]
 
-_FIELD_NAMES = tuple(f.name for f in fields(QuestionRecord))
-_NAN = float("nan")  # a logprob the server did not give; JSON has no NaN, so it is written as null
 # msgspec (which vLLM brings) encodes a record in about a microsecond, ~9x faster than the json
 # module: on a fast server the record costs less than a tenth of its request.
 _encode = msgspec.json.Encoder().encode
@@ -183,14 +165,29 @@ class RecordWriter:
         self.close()
 
 
-def read_records(path: str | Path) -> list[QuestionRecord]:
-    """Read a records file; a torn last line (from a kill mid-write) is ignored."""
-    out: list[QuestionRecord] = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break
-            line = line.strip()
-            if line:
-                out.append(QuestionRecord.from_dict(json.loads(line)))
-    return out
+def read_records(
+    path: str | Path, *, indices: Container[int] | None = None
+) -> list[QuestionRecord]:
+    """The records of a records file in file order; with `indices`, only those questions.
+
+    A torn last line (from a kill mid-write) is ignored. Any other line that is not a record
+    raises `InputFileError` with the file, the line and what is wrong. With `indices`, lines of
+    other questions are skipped unparsed (a GSM8K file with logprobs is tens of MB).
+    """
+    keep = None
+    if indices is not None:
+
+        def keep(line: bytes) -> bool:
+            # `encode` writes the fields in order, so a line starts with its index.
+            m = _INDEX_PREFIX.match(line)
+            return m is None or int(m.group(1)) in indices
+
+    return [
+        record
+        for _, record in read_jsonl(path, QuestionRecord, what=_A_RECORD, keep=keep)
+        if indices is None or record.index in indices
+    ]
+
+
+_INDEX_PREFIX = re.compile(rb'\{"index":\s*(\d+)\s*,')
+_A_RECORD = "a question record (one JSON object per line, as `pdcheck eval` writes)"

@@ -5,15 +5,13 @@ All of it is read from the cell's folder in the store; nothing is recomputed fro
 
 from __future__ import annotations
 
-import json
-import re
 import shlex
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 from pdcheck.analysis.agreement import CORRUPTION, TIE, UNCLASSIFIED
-from pdcheck.evals.records import QuestionRecord
+from pdcheck.evals.records import QuestionRecord, read_records
 from pdcheck.sweep.results import CellResult, RunResults
 
 __all__ = ["DivergentQuestion", "LogTail", "diverging_questions", "log_tails", "rerun_command"]
@@ -22,7 +20,6 @@ __all__ = ["DivergentQuestion", "LogTail", "diverging_questions", "log_tails", "
 _LOG_ORDER = ("decode", "prefill", "proxy", "baseline")
 # Confident flips are the strongest evidence of corruption; near-tie flips the weakest.
 _GRADE_ORDER = {CORRUPTION: 0, UNCLASSIFIED: 1, TIE: 2}
-_INDEX_PREFIX = re.compile(r'\{"index":\s*(\d+)\s*,')
 # vLLM logs its whole config on one line of several thousand characters; a tail shows the start.
 _LOG_LINE_CHARS = 240
 
@@ -50,25 +47,10 @@ class LogTail:
 
 
 def _read_questions(path: Path, wanted: set[int]) -> dict[int, QuestionRecord]:
-    """Only the wanted questions of a records file: a GSM8K file with logprobs is tens of MB.
-
-    Each line starts with its index (`QuestionRecord.to_json` writes fields in order), so other
-    lines are skipped unparsed; a torn last line is ignored as `read_records` does.
-    """
-    found: dict[int, QuestionRecord] = {}
+    """Only the wanted questions of a records file (others are skipped unparsed)."""
     if not path.is_file():
-        return found
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break
-            m = _INDEX_PREFIX.match(line)
-            if m is not None and int(m.group(1)) not in wanted:
-                continue
-            record = QuestionRecord.from_dict(json.loads(line))
-            if record.index in wanted:
-                found[record.index] = record
-    return found
+        return {}
+    return {record.index: record for record in read_records(path, indices=wanted)}
 
 
 def _token(record: QuestionRecord, position: int) -> str | None:

@@ -46,20 +46,26 @@ def read_file(
 ) -> StampedT | None:
     """Read `path` as `kind`, or None if it does not exist.
 
-    Raises ResultsFileError, naming the file, when it is not JSON, was written by an unsupported
-    schema version, or does not match `kind`.
+    Raises ResultsFileError, naming the file, when it cannot be read, is not JSON, was written by
+    an unsupported schema version, or does not match `kind`.
     """
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ResultsFileError(f"{path} is not valid JSON ({exc})", path=path) from exc
-    version = data.get("schema_version") if isinstance(data, dict) else None
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise ResultsFileError(f"cannot be read ({exc.strerror})", path=path) from None
+    except (ValueError, RecursionError) as exc:
+        raise ResultsFileError(f"is not valid JSON ({exc})", path=path) from None
+    if not isinstance(data, dict):
+        raise ResultsFileError(
+            f"holds a JSON {type(data).__name__}; a {kind.__name__} is a JSON object", path=path
+        )
+    version = data.get("schema_version")
     if version not in SUPPORTED_SCHEMA_VERSIONS:
         supported = ", ".join(map(str, SUPPORTED_SCHEMA_VERSIONS))
         raise ResultsFileError(
-            f"{path} has schema_version {version!r}; this pdcheck reads versions {supported} "
+            f"has schema_version {version!r}; this pdcheck reads versions {supported} "
             "(a folder written by a newer pdcheck needs that pdcheck)",
             path=path,
         )
@@ -69,9 +75,9 @@ def read_file(
         return from_json(data, kind)
     except msgspec.ValidationError as exc:
         raise ResultsFileError(
-            f"{path} does not hold a valid {kind.__name__} (schema_version {version}): {exc}",
+            f"does not hold a valid {kind.__name__} (schema_version {version}): {exc}",
             path=path,
-        ) from exc
+        ) from None
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -15,7 +15,7 @@ import msgspec
 
 from pdcheck.errors import ConfigError
 from pdcheck.sweep.finish import RenderReport, finish_run
-from pdcheck.sweep.results import read_run_file
+from pdcheck.sweep.results import check_run, read_run_file
 from pdcheck.sweep.schema import RunFile
 from pdcheck.sweep.store import RunResults, create_run
 
@@ -24,14 +24,16 @@ def merge_runs(
     sources: Sequence[Path], out: Path, *, render_report: RenderReport | None = None
 ) -> RunResults:
     """Copy every shard's cells (and the race summary) into `out`, then write junit, report and summary."""
-    if out.exists() and any(out.iterdir()):
-        raise ConfigError(f"--out {out} already holds files; merge into a new folder")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(
+            f"--out {out} already exists and is not an empty folder; merge into a new folder"
+        )
     runs: list[RunFile] = []
     for src in sources:
-        run = read_run_file(Path(src))
-        if run is None:
+        if read_run_file(Path(src)) is None:
             raise ConfigError(f"{src} is not a pdcheck run folder (no run.json)")
-        runs.append(run)
+        # Every file read now: a broken shard stops the merge before `out` is written.
+        runs.append(check_run(Path(src)).info.file)
     if len({r.sweep.sha256 for r in runs}) > 1:
         raise ConfigError(
             "the folders come from different sweep files (sha256 differs); merge shards of one sweep"

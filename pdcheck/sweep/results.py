@@ -1,7 +1,8 @@
 """Read a run folder into typed records: `load_run(dir) -> RunResults` (what report and bisect read).
 
 Every file is decoded into its `pdcheck.sweep.schema` struct; a file that does not match raises
-ResultsFileError naming it.
+ResultsFileError naming it. Records files are read when asked for (`UnitResult.records`), or all
+at once by `check_run`, which a resume and a merge run before they start or write anything.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from pydantic import ValidationError
 
 from pdcheck.analysis.sequential import EarlyStop
 from pdcheck.config import Cell
+from pdcheck.errors import ResultsFileError
 from pdcheck.evals.records import QuestionRecord, read_records
 from pdcheck.evals.summary import EvalSummary
 from pdcheck.serving.endpoints import TopologyRecord
@@ -171,7 +174,8 @@ def _load_unit(path: Path, side: Side, concurrency: int, repeat: int) -> UnitRes
 
 def _v1_unit(version: int, data: dict[str, Any]) -> dict[str, Any]:
     """Version 1 kept an early stop's evidence inside the eval summary."""
-    stop = (data.get("summary") or {}).get("early_stop")
+    summary = data.get("summary")
+    stop = summary.get("early_stop") if isinstance(summary, dict) else None
     if version != 1 or data.get("early_stop") is not None or stop is None:
         return data
     return {**data, "early_stop": stop}
@@ -190,8 +194,65 @@ def _int_suffix(name: str, prefix: str) -> int | None:
     return int(rest) if rest.isdigit() else None
 
 
+# The free-form dicts of the schema (filled by other layers) hold what these readers use: the
+# levels of `CellResult.concurrency`, and what the report shows of the environment and the race
+# harness's result. Checked when read, so a wrong type there is a bad file, not a crash later.
+class _Levels(msgspec.Struct):
+    concurrency: tuple[int, ...] = ()
+
+
+class _VllmFacts(msgspec.Struct):
+    vllm_version: str | None = None
+    vllm_dist: str | None = None
+    vllm_commit: str | None = None
+    nixl_version: str | None = None
+    torch_version: str | None = None
+    fixes: dict[str, bool | None] | None = None
+
+
+class _Device(msgspec.Struct):
+    name: str = "?"
+
+
+class _Gpus(msgspec.Struct):
+    devices: list[_Device] | None = None
+
+
+class _Environment(msgspec.Struct):
+    pdcheck_version: str | None = None
+    cpu_count: int | None = None
+    vllm: _VllmFacts | None = None
+    gpus: _Gpus | None = None
+
+
+class _RaceVariant(msgspec.Struct):
+    variant: str = "?"
+    seeds: int = 0
+    seeds_with_findings: int = 0
+    seeds_by_family: dict[str, int] = {}
+    median_first_step_by_family: dict[str, float] | None = None
+    findings_by_kind: dict[str, int] | None = None
+    steps_per_s: float = 0
+    examples: list[dict[str, Any] | None] | None = None
+
+
+class _RaceResult(msgspec.Struct):
+    fixes_absent: list[str] | None = None
+    variants: list[_RaceVariant] = []
+
+
+def _check_shape(value: object, shape: type, *, path: Path, key: str) -> None:
+    try:
+        msgspec.convert(value, shape)
+    except msgspec.ValidationError as exc:
+        raise ResultsFileError(f"{key} is malformed: {exc}", path=path) from None
+
+
 def read_cell_file(path: Path) -> CellFile | None:
-    return read_file(path / "cell.json", CellFile, upgrade=_v1_cell)
+    cell = read_file(path / "cell.json", CellFile, upgrade=_v1_cell)
+    if cell is not None:
+        _check_shape(cell.resolved, _Levels, path=path / "cell.json", key="resolved")
+    return cell
 
 
 def load_cell(path: Path) -> CellResult:
@@ -244,7 +305,29 @@ def donors(root: Path, baseline_key: str, *, exclude: str) -> list[CellResult]:
 
 
 def read_run_file(root: Path) -> RunFile | None:
-    return read_file(Path(root) / "run.json", RunFile)
+    path = Path(root) / "run.json"
+    run = read_file(path, RunFile)
+    if run is not None:
+        _check_shape(run.environment, _Environment, path=path, key="environment")
+    return run
+
+
+def _read_race_file(root: Path) -> RaceFile | None:
+    path = root / "race" / "summary.json"
+    race = read_file(path, RaceFile)
+    if race is not None and race.race.result is not None:
+        _check_shape(race.race.result, _RaceResult, path=path, key="race.result")
+    return race
+
+
+def check_run(root: str | Path) -> RunResults:
+    """`load_run`, and every unit's records read too: a broken file anywhere in the folder raises
+    ResultsFileError or InputFileError (file and line) now, not in the middle of a run."""
+    run = load_run(root)
+    for cell in run.cells:
+        for unit in cell.units:
+            unit.records()
+    return run
 
 
 def load_run(root: str | Path) -> RunResults:
@@ -254,7 +337,7 @@ def load_run(root: str | Path) -> RunResults:
     if run is None:
         raise FileNotFoundError(f"{root} is not a pdcheck run folder: it has no run.json")
     cells = tuple(load_cell(p) for p in sorted((root / "cells").glob("*--*")) if p.is_dir())
-    race = read_file(root / "race" / "summary.json", RaceFile)
+    race = _read_race_file(root)
     return RunResults(
         info=RunInfo(root, run),
         cells=cells,

@@ -34,7 +34,7 @@ from pdcheck.sweep.events import EventSink
 from pdcheck.sweep.finish import RenderReport
 from pdcheck.sweep.judging import clean_tests
 from pdcheck.sweep.race import RaceRun
-from pdcheck.sweep.results import read_run_file
+from pdcheck.sweep.results import check_run, read_run_file
 from pdcheck.sweep.schema import Selection, SweepInfo
 from pdcheck.sweep.store import Provenance, RunStore, create_run
 
@@ -95,8 +95,10 @@ def prepare(request: SweepRequest) -> PreparedSweep:
     """Resolve file, cells and run folder; raises ConfigError (starting nothing) on bad input."""
     file = request.file
     previous = read_run_file(request.resume) if request.resume else None
-    if request.resume is not None and previous is None:
-        raise ConfigError(f"--resume {request.resume}: not a pdcheck run folder (no run.json)")
+    if request.resume is not None:
+        if previous is None:
+            raise ConfigError(f"--resume {request.resume}: not a pdcheck run folder (no run.json)")
+        check_run(request.resume)
     if file is None and previous is not None:
         file = previous.sweep.file
     if file is None:

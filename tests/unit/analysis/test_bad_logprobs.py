@@ -8,7 +8,6 @@ false with the tie threshold, which graded the flip as corruption.
 from __future__ import annotations
 
 import json
-import math
 
 from click.testing import CliRunner
 
@@ -31,8 +30,9 @@ def _record(index: int, tokens: tuple[int, ...], top: tuple[tuple[str, float], .
 
 
 def test_an_unknown_alternative_gives_an_unknown_margin():
-    """A NaN alternative (or a NaN best) leaves the margin unknown; −inf second best is infinitely sure."""
+    """A None or NaN alternative (or best) leaves the margin unknown; −inf second best is infinitely sure."""
     nan, inf = float("nan"), float("inf")
+    assert TokenLogprobs("a", -0.1, (("a", -0.1), ("b", None))).top2_margin is None
     assert TokenLogprobs("a", -0.1, (("a", -0.1), ("b", nan))).top2_margin is None
     assert TokenLogprobs("a", nan, (("a", nan), ("b", -2.0))).top2_margin is None
     assert TokenLogprobs("a", -0.1, (("a", -0.1), ("b", -inf))).top2_margin == inf
@@ -48,7 +48,7 @@ def test_a_nan_margin_is_unclassified_not_corruption():
 
 
 def test_compare_reads_null_alternatives_without_crashing(tmp_path):
-    """NaN and −inf alternatives round-trip through the files as null; `compare` still gives a verdict."""
+    """NaN and −inf alternatives are written as null and read back as None; `compare` still gives a verdict."""
     paths = []
     for name, second in (("b", float("nan")), ("p", float("-inf"))):
         path = tmp_path / f"{name}.jsonl"
@@ -59,7 +59,7 @@ def test_compare_reads_null_alternatives_without_crashing(tmp_path):
         w.close()
         paths.append(str(path))
     read = read_records(paths[0])[0].logprobs
-    assert read is not None and math.isnan(read[0].top[1][1])
+    assert read is not None and read[0].top[1][1] is None
     result = CliRunner().invoke(cli, ["compare", *paths, "--allow-inconclusive", "--json"])
     assert result.exit_code == 0, result.output
     agreement = json.loads(result.stdout)["comparison"]["agreement"]

@@ -223,7 +223,7 @@ def test_a_malformed_file_names_itself_and_the_field(stored_run):
     data["verdict"]["verdict"] = "MAYBE"
     path.write_text(json.dumps(data))
     with pytest.raises(
-        ResultsFileError, match=r"c1.json does not hold a valid VerdictFile.*verdict"
+        ResultsFileError, match=r"c1.json: does not hold a valid VerdictFile.*verdict"
     ):
         load_run(stored_run)
 
