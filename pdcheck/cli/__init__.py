@@ -8,7 +8,7 @@ Exit codes (every command):
      bisect was left with only skipped commits
   2  infra error: servers crashed, no KV transferred, the harness could not run;
      bisect ended without naming a commit
-  3  bad configuration or options; nothing was started
+  3  bad input (sweep file, options, a malformed file to read); nothing was started
 A bisect step (python -m pdcheck.bisect.step) exits as `git bisect run` expects:
 0 good, 1 bad, 125 skip.
 """
