@@ -268,6 +268,7 @@ class ForkServer:
             conn.close()
             return
         conn.settimeout(None)
+        forked = False
         try:
             if message is None or len(streams) != _STREAMS or _peer_closed(conn):
                 return  # the launcher went away while queued (stopped mid-import)
@@ -283,9 +284,12 @@ class ForkServer:
                 self._forget_parent_state(conn)
                 die_with_parent(parent)
                 _run_server(request, streams, env)
+            forked = True
         finally:
             for fd in streams:
                 os.close(fd)
+            if not forked:  # the connection is the fork's from here, else nobody's
+                conn.close()
         child = self.children[pid] = _Child(conn, request.pgid)
         try:
             send_message(conn, {"pid": pid})
