@@ -13,6 +13,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass, replace
 
+from pdcheck.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Gpu:
@@ -80,8 +82,19 @@ def _narrow(gpus: tuple[Gpu, ...], visible: list[str]) -> tuple[Gpu, ...]:
             gpu = next((g for g in gpus if g.uuid and g.uuid.startswith(token)), None)
         if gpu is None:
             break
+        if any(k.index == gpu.index for k in kept):
+            raise ConfigError(_duplicated(visible, gpu))
         kept.append(replace(gpu, visible_as=token))
     return tuple(kept)
+
+
+def _duplicated(visible: list[str], gpu: Gpu) -> str:
+    return (
+        f"CUDA_VISIBLE_DEVICES={','.join(visible)} names GPU {gpu.index} more than once. pdcheck "
+        "gives each server GPUs of its own; several servers on one GPU (co-location) would each "
+        "need a share of its memory, which pdcheck does not plan yet, and vLLM's default 0.9 "
+        "memory utilisation would fail the second server's start. Name each GPU once."
+    )
 
 
 def read_inventory(
@@ -107,6 +120,11 @@ def read_inventory(
                 gpus = _narrow(gpus, visible)
             return GpuInventory(gpus, "nvidia-smi")
     if visible:
+        if len(set(visible)) != len(visible):
+            duplicate = next(t for t in visible if visible.count(t) > 1)
+            raise ConfigError(
+                _duplicated(visible, Gpu(visible.index(duplicate), "unknown", visible_as=duplicate))
+            )
         return GpuInventory(
             tuple(Gpu(i, "unknown", visible_as=token) for i, token in enumerate(visible)),
             "CUDA_VISIBLE_DEVICES",

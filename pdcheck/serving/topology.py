@@ -269,9 +269,21 @@ def _plugin_problem(server: ServerPlan) -> str | None:
     if not markers:
         return f"{where}: no activation marker"
     if server.env.get(environment.INJECT.name):
-        hooked = [m for m in markers if KV_LOAD_HOOK_WITH_KV_CACHES in m.get("did", ())]
-        if not any(any(sw.startswith("inject=") for sw in m.get("switches", ())) for m in hooked):
+        hooked_ranks = {
+            m.get("tp_rank", 0)
+            for m in markers
+            if KV_LOAD_HOOK_WITH_KV_CACHES in m.get("did", ())
+            and any(sw.startswith("inject=") for sw in m.get("switches", ()))
+        }
+        if not hooked_ranks:
             return f"{where}: no process that registered the KV caches had the injection hook installed"
+        # Each TP rank loads its own slice of the KV: one rank without the hook is unseen.
+        missing = sorted(set(range(tensor_parallel_size(server.argv))) - hooked_ranks)
+        if missing:
+            return (
+                f"{where}: TP rank(s) {', '.join(map(str, missing))} registered no KV caches with "
+                "the injection hook installed"
+            )
     builders = [m for m in markers if SCHEDULER_BUILT in m.get("did", ())]
     for fix in filter(None, server.env.get(environment.DISABLE_FIXES.name, "").split(",")):
         # A vLLM that predates the fix runs without it anyway; the marker says it is absent.
@@ -282,6 +294,12 @@ def _plugin_problem(server: ServerPlan) -> str | None:
         ):
             return f"{where}: the process that built the scheduler did not switch off the {fix} fix"
     return None
+
+
+def tensor_parallel_size(argv: Sequence[str]) -> int:
+    """The server's TP size as its argv says it (the last `--tensor-parallel-size` wins)."""
+    sizes = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--tensor-parallel-size"]
+    return int(sizes[-1]) if sizes and sizes[-1].isdigit() else 1
 
 
 def check_async(servers: Sequence[ServerPlan], *, requested: bool) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdcheck.errors import GpuInventoryError
+from pdcheck.errors import ConfigError, GpuInventoryError
 from pdcheck.serving.gpus import read_inventory
 from pdcheck.serving.plan import plan_topology
 from pdcheck.serving.ports import PortAllocator
@@ -133,3 +133,20 @@ def test_cpu_tp2_splits_cores_per_rank(tmp_path):
     assert plan.decodes[0].env["VLLM_CPU_OMP_THREADS_BIND"] == "4-5|6-7"
     # The TP 1 prefiller runs its model in its EngineCore on its half's thread count.
     assert plan.prefills[0].env["OMP_NUM_THREADS"] == "4"
+
+
+@pytest.mark.parametrize(
+    "visible", ["0,0,0", f"1,{fake_uuid(1)}"], ids=["index twice", "index and uuid"]
+)
+def test_a_gpu_named_twice_is_refused_naming_co_location(tmp_path, visible):
+    """CUDA_VISIBLE_DEVICES naming one GPU twice (by index, or by index and UUID) would put
+    several servers on it at vLLM's default memory share: refused (exit 3), saying so."""
+    with pytest.raises(
+        ConfigError, match=r"names GPU 1 more than once|names GPU 0 more than once"
+    ) as err:
+        read_inventory(
+            env={"CUDA_VISIBLE_DEVICES": visible}, nvidia_smi=fake_nvidia_smi(tmp_path, 4)
+        )
+    assert "co-location" in str(err.value)
+    with pytest.raises(ConfigError, match="more than once"):  # no nvidia-smi: the names alone
+        read_inventory(env={"CUDA_VISIBLE_DEVICES": "0,0"}, nvidia_smi=str(tmp_path / "none"))

@@ -151,3 +151,22 @@ def test_attach_mode_normalises_and_validates_urls():
         attach(baseline_url="http://10.0.0.5:8000", pd_url="localhost:8000")
     with pytest.raises(ConfigError, match=r"needs both baseline_url .* and pd_url"):
         attach(baseline_url=None, pd_url=None)
+
+
+def test_at_tp_2_every_rank_must_have_registered_its_kv_caches_with_the_hook(tmp_path):
+    """Each TP rank loads its own slice of the KV: a decoder whose rank 1 has no hooked marker
+    is refused, naming the rank, though rank 0's hook fired."""
+    from dataclasses import replace
+
+    from pdcheck.serving.topology import check_plugin_active
+
+    plan = stub_plan(tmp_path, 0, arm="inject-zero")
+    decode = replace(plan.decodes[0], argv=(*plan.decodes[0].argv, "--tensor-parallel-size", "2"))
+    for server in plan.prefills:
+        _marker(server.plugin_dir, 1, "EngineCore", [], did=BUILT)
+    _marker(decode.plugin_dir, 2, "EngineCore", INJECT, did=BUILT)
+    _marker(decode.plugin_dir, 3, "VllmWorker-0", INJECT, did=HOOKED, tp_rank=0)
+    with pytest.raises(InfraError, match=r"decode-0 .*TP rank\(s\) 1 registered no KV caches"):
+        check_plugin_active([*plan.prefills, decode])
+    _marker(decode.plugin_dir, 4, "VllmWorker-1", INJECT, did=HOOKED, tp_rank=1)
+    check_plugin_active([*plan.prefills, decode])
