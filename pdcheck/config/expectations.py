@@ -11,6 +11,12 @@ sources of vLLM 0.32 and 0.33):
   arrives.
 Where either is missing, fixes-off runs exactly the code fixes-on runs: the level is a
 control, and it must PASS like any clean arm.
+
+The zeroing race needs a third: vLLM zeroes newly allocated blocks only when
+`KVCacheConfig.needs_kv_cache_zeroing`, which Mamba layers (a hybrid model) or attention groups
+of different precisions turn on (v1/kv_cache_interface.py; shared notes races.md). On a
+full-attention model no block is zeroed, so a zeroing-off arm whose only switch is zeroing is a
+control at every level.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ __all__ = ["LevelExpectation", "level_expectation"]
 
 # The fewest requests in flight at which a race arm can fire.
 RACE_MIN_CONCURRENCY = 2
+# The fix whose race needs vLLM to zero new blocks (only for hybrid models' caches).
+ZEROING_FIX = "zeroing"
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,12 @@ def level_expectation(cell: Cell, concurrency: int) -> LevelExpectation:
     if not arm.disable_fixes:
         return LevelExpectation(True, "canary arm")
     fixes = ", ".join(arm.disable_fixes)
+    if set(arm.disable_fixes) <= {ZEROING_FIX} and cell.model.kind != "hybrid":
+        return LevelExpectation(
+            False,
+            f"control: vLLM zeroes no new block for a {cell.model.kind} model (no Mamba layers), "
+            "so the zeroing race cannot fire",
+        )
     if not cell.async_scheduling:
         return LevelExpectation(
             False,

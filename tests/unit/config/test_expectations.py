@@ -7,11 +7,11 @@ import pytest
 from pdcheck.config import SweepSpec, expand_cells, level_expectation
 
 
-def _cell(arm: str, *, async_scheduling: bool = True, platform: str = "gpu"):
+def _cell(arm: str, *, async_scheduling: bool = True, platform: str = "gpu", kind: str = "hybrid"):
     spec = SweepSpec.model_validate(
         {
             "name": "t",
-            "models": [{"name": "m", "path": "/m"}],
+            "models": [{"name": "m", "path": "/m", "kind": kind}],
             "matrix": {
                 "arms": [arm],
                 "async_scheduling": [async_scheduling],
@@ -67,3 +67,14 @@ def test_cpu_cells_are_sync_because_vllm_cpu_forces_async_off():
     (cell,) = expand_cells(spec)
     assert not cell.async_scheduling and "-sync-" in cell.name and "async" not in cell.name
     assert not level_expectation(cell, 8).flag
+
+
+def test_a_zeroing_canary_on_a_full_attention_model_is_a_control():
+    """vLLM zeroes new blocks only for hybrid (Mamba) caches: zeroing-off on a full-attention
+    model runs the fixes-on code at every level, so it must PASS; an arm that also switches
+    off block-reuse is still expected to flag where that race can fire."""
+    zeroing = _cell("zeroing-off", kind="full-attention")
+    assert not any(level_expectation(zeroing, c).flag for c in (1, 2, 8))
+    assert "zeroes no new block" in level_expectation(zeroing, 8).why
+    both = _cell("fixes-off", kind="full-attention")
+    assert [level_expectation(both, c).flag for c in (1, 2, 8)] == [False, True, True]
