@@ -86,8 +86,8 @@ def main(argv: list[str]) -> None:
     left = listed_groups(sys.stdin)
     if left:
         print(
-            f"pdcheck exited with {len(left)} server group(s) running; stopping them: "
-            + " ".join(map(str, sorted(left))),
+            f"pdcheck exited with {len(left)} process group(s) of its own (servers, fork "
+            "servers) still running; stopping them: " + " ".join(map(str, sorted(left))),
             file=sys.stderr,
             flush=True,
         )
