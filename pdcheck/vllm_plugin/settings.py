@@ -22,6 +22,7 @@ __all__ = [
     "IDLE_BACKOFF_VAR",
     "INJECT_SEED_VAR",
     "INJECT_VAR",
+    "KV_DIGEST_VAR",
     "NIXL_PTHR_DELAY_VAR",
     "PLUGIN_DIR_VAR",
     "PLUGIN_VARS",
@@ -44,6 +45,7 @@ PLUGIN_DIR_VAR = "PDCHECK_PLUGIN_DIR"
 IDLE_BACKOFF_VAR = "PDCHECK_IDLE_BACKOFF_MS"
 SHM_SPIN_SLEEP_VAR = "PDCHECK_SHM_SPIN_SLEEP_US"
 ENGINE_CORE_START_VAR = "PDCHECK_ENGINE_CORE_START"
+KV_DIGEST_VAR = "PDCHECK_KV_DIGEST"
 # Only these switch the plugin on. Other PDCHECK_* variables (PDCHECK_CACHE_DIR,
 # PDCHECK_GSM8K_DIR) configure the orchestrator and may well be set in a vLLM server's env.
 PLUGIN_VARS = (
@@ -56,6 +58,7 @@ PLUGIN_VARS = (
     IDLE_BACKOFF_VAR,
     SHM_SPIN_SLEEP_VAR,
     ENGINE_CORE_START_VAR,
+    KV_DIGEST_VAR,
 )
 
 # One second: far beyond any useful progress-thread sleep, so a larger value is a typo.
@@ -100,6 +103,7 @@ class PluginSettings:
     plugin_dir: Path | None = None
     disable_fixes: str | None = None  # parsed by the race harness's switches module
     trace_dir: str | None = None  # read by the trace recorder
+    kv_digest: bool = False  # digest the KV blocks a prefiller sends and a decoder loads
 
 
 def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
@@ -111,8 +115,15 @@ def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
             f"{INJECT_VAR} is set but {PLUGIN_DIR_VAR} is not: the injection log in that folder is how "
             "the analysis knows which questions were corrupted. Set it to a writable folder."
         )
+    kv_digest = _parse_kv_digest(environ)
+    if kv_digest and plugin_dir is None:
+        raise ConfigError(
+            f"{KV_DIGEST_VAR}=1 is set but {PLUGIN_DIR_VAR} is not: the digests are written to "
+            "kv-digests.jsonl in that folder. Set it to a writable folder."
+        )
     return PluginSettings(
         inject=inject,
+        kv_digest=kv_digest,
         nixl_pthr_delay_us=_parse_whole(
             environ,
             NIXL_PTHR_DELAY_VAR,
@@ -147,6 +158,15 @@ def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
 def _non_empty(environ: Mapping[str, str], name: str) -> str | None:
     value = environ.get(name, "").strip()
     return value or None
+
+
+def _parse_kv_digest(environ: Mapping[str, str]) -> bool:
+    raw = _non_empty(environ, KV_DIGEST_VAR)
+    if raw is None or raw == "0":
+        return False
+    if raw == "1":
+        return True
+    raise ConfigError(f"{KV_DIGEST_VAR}={raw!r}: expected 1 (digest KV blocks) or 0 (off)")
 
 
 def _parse_engine_core_start(environ: Mapping[str, str]) -> str | None:
