@@ -241,6 +241,8 @@ def plugin_env(
     if arm.inject is not None and role == "decode":
         env["PDCHECK_INJECT"] = arm.inject
         env["PDCHECK_INJECT_SEED"] = str(arm.inject_seed)
+    if cell.serving.kv_digest and role != "baseline" and plugin_dir is not None:
+        env["PDCHECK_KV_DIGEST"] = "1"
     if platform == "cpu" and role != "baseline":
         env["PDCHECK_NIXL_PTHR_DELAY_US"] = str(CPU_NIXL_PTHR_DELAY_US)
     if platform == "cpu":

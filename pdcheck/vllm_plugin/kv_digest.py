@@ -158,9 +158,8 @@ class KvDigester:
             index = torch.tensor(blocks.block_ids, dtype=torch.long, device=tensor.device)
             rows = tensor.index_select(0, index)
             if blocks.last_slots is not None and blocks.token_dim is not None:
-                head = self._hash(rows[:-1])
                 tail = self._hash(rows[-1:].narrow(blocks.token_dim, 0, blocks.last_slots))
-                per_block = torch.cat([head, tail])
+                per_block = torch.cat([self._hash(rows[:-1]), tail]) if len(rows) > 1 else tail
             else:
                 per_block = self._hash(rows)
             per_block = per_block * _signed(((layer + 1) * _LAYER_MIX) | 1)

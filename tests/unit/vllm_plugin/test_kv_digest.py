@@ -34,13 +34,13 @@ def _caches():
     return prefill, state_p, decode, state_d
 
 
-def _run(tmp_path, decode, state_d, prefill, state_p):
+def _run(tmp_path, decode, state_d, prefill, state_p, num_tokens=N_TOKENS):
     digester = KvDigester(tmp_path)
     digester.on_step_start(
         [
             SentRequest(
                 request_id="cmpl-pre-0-abcdef12",
-                num_tokens=N_TOKENS,
+                num_tokens=num_tokens,
                 tp_rank=0,
                 tp_size=1,
                 groups=(
@@ -61,7 +61,7 @@ def _run(tmp_path, decode, state_d, prefill, state_p):
                     LoadedGroup(1, False, DECODE_IDS, tuple(decode)),
                 ),
                 remote_request_id="cmpl-pre-0-abcdef12",
-                num_tokens=N_TOKENS,
+                num_tokens=num_tokens,
                 kv_cache_layout="LBHNC",
             )
         ]
@@ -94,3 +94,12 @@ def test_a_zeroed_or_stale_block_mismatches_at_its_position_only(tmp_path):
     assert s.blocks_checked == 4
     assert sorted((m.group, m.position) for m in s.mismatches) == [(0, 0), (1, 1), (1, 2)]
     assert s.mismatched_questions == (3,)
+
+
+def test_a_prompt_within_one_partly_filled_block(tmp_path):
+    """A 5-token prompt: one block, compared on its 5 slots only (the rest may differ)."""
+    prefill, state_p, decode, state_d = _caches()
+    for d in decode:
+        d[1, :, 5:] = -1.0
+    _, s = _run(tmp_path, decode, state_d, prefill, state_p, num_tokens=5)
+    assert (s.blocks_checked, s.n_mismatches) == (2, 0)
