@@ -154,8 +154,9 @@ class KvDigester:
         import torch
 
         total = None
+        # One host-to-device copy of the ids per group: its layers share a device.
+        index = torch.tensor(blocks.block_ids, dtype=torch.long, device=blocks.tensors[0].device)
         for layer, tensor in enumerate(blocks.tensors):
-            index = torch.tensor(blocks.block_ids, dtype=torch.long, device=tensor.device)
             rows = tensor.index_select(0, index)
             if blocks.last_slots is not None and blocks.token_dim is not None:
                 tail = self._hash(rows[-1:].narrow(blocks.token_dim, 0, blocks.last_slots))
