@@ -122,7 +122,7 @@ def _overwrite(groups: Sequence[LoadedGroup], source: _Snapshot) -> dict[int, li
     """Overwrite each loaded block with the source's blocks, cycling when the source is shorter."""
     import torch
 
-    changed = {}
+    changed: dict[int, list[int]] = {}
     for group in groups:
         layers = source.get(group.group_index)
         if not group.block_ids or not layers:
