@@ -125,3 +125,13 @@ def quiet_vllm_logs() -> None:
 def fixes_present() -> dict[str, bool]:
     """Which race fixes the installed vLLM has; a fix whose internals are missing predates this vLLM."""
     return {fix: not missing_names(names) for fix, names in FIX_NAMES.items()}
+
+
+# What the KV-digest hooks (pdcheck._vllm.kv_digest_hooks) name, beside the injection hook's
+# worker names (pdcheck._vllm.worker); checked when PDCHECK_KV_DIGEST is set.
+DIGEST_NAMES: tuple[str, ...] = (
+    "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler:NixlPullConnectorScheduler.request_finished",
+    "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler:NixlPullConnectorScheduler.build_connector_meta",
+    "vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector:NixlPullConnector.bind_connector_metadata",
+    "vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker:NixlBaseConnectorWorker._logical_to_kernel_block_ids",
+)

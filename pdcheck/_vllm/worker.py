@@ -26,7 +26,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -41,6 +41,7 @@ __all__ = [
     "check_worker_names",
     "install_receive_hook",
     "missing_nixl_names",
+    "request_groups",
     "wrap_nixl_agent",
 ]
 
@@ -52,6 +53,8 @@ _KV_CACHE_INTERFACE_MODULE = "vllm.v1.kv_cache_interface"
 # register_kv_caches, so checked in the class source rather than on the class).
 _WORKER_ATTRS = (
     "_recving_metadata",
+    "world_size",
+    "kv_cache_layout",
     "device_kv_caches",
     "kv_cache_config",
     "_group_spec_types",
@@ -83,6 +86,13 @@ class LoadedRequest:
     request_id: str
     tp_rank: int
     groups: tuple[LoadedGroup, ...]
+    # For KV digests: the prefiller's request id (the join key), the tokens it computed, both
+    # sides' TP sizes, and the layout of the KV tensors.
+    remote_request_id: str | None = None
+    num_tokens: int | None = None
+    tp_size: int = 1
+    remote_tp_size: int = 1
+    kv_cache_layout: str = ""
 
 
 def check_worker_names() -> None:
@@ -102,8 +112,12 @@ def check_worker_names() -> None:
             f"NixlBaseConnectorWorker.{a}" for a in _WORKER_ATTRS if f"self.{a}" not in source
         ]
     _fields(
-        _NIXL_METADATA_MODULE, "ReqMeta", ("local_block_ids", "local_physical_block_ids"), missing
+        _NIXL_METADATA_MODULE,
+        "ReqMeta",
+        ("local_block_ids", "local_physical_block_ids", "remote", "tp_size"),
+        missing,
     )
+    _fields(_NIXL_METADATA_MODULE, "RemoteMeta", ("request_id", "num_tokens"), missing)
     _fields(
         _CONNECTOR_BASE_MODULE,
         "KVConnectorTransferResults",
@@ -168,15 +182,33 @@ def install_receive_hook(
 
 
 def _loaded_request(worker: Any, request_id: str, meta: Any) -> LoadedRequest:
+    remote = meta.remote
+    return LoadedRequest(
+        request_id=request_id,
+        tp_rank=int(worker.tp_rank),
+        groups=request_groups(worker, meta.local_block_ids, meta.local_physical_block_ids),
+        remote_request_id=None if remote is None else str(remote.request_id),
+        num_tokens=None if remote is None or remote.num_tokens is None else int(remote.num_tokens),
+        tp_size=int(worker.world_size),
+        remote_tp_size=int(meta.tp_size),
+        kv_cache_layout=str(worker.kv_cache_layout),
+    )
+
+
+def request_groups(
+    worker: Any, logical_ids: Sequence[Sequence[int]], physical_ids: Sequence[Sequence[int]]
+) -> tuple[LoadedGroup, ...]:
+    """A request's transfer groups on `worker`: attention groups indexed with kernel (physical)
+    ids, state groups with logical ids (one state block per request), each with its own layers."""
     from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
 
     groups = []
     for g, group in enumerate(worker.kv_cache_config.transfer_groups):
         spec_type = worker._group_spec_types[g]
         if issubclass(spec_type, MambaSpec):
-            is_state, ids = True, meta.local_block_ids[g]
+            is_state, ids = True, logical_ids[g]
         elif issubclass(spec_type, AttentionSpec):
-            is_state, ids = False, meta.local_physical_block_ids[g]
+            is_state, ids = False, physical_ids[g]
         else:  # neither attention nor a state: nothing we know how to corrupt
             continue
         # Layers that share another layer's cache have no registered tensor of their own.
@@ -184,9 +216,14 @@ def _loaded_request(worker: Any, request_id: str, meta: Any) -> LoadedRequest:
             worker.device_kv_caches[n] for n in group.layer_names if n in worker.device_kv_caches
         )
         groups.append(
-            LoadedGroup(group_index=g, is_state=is_state, block_ids=tuple(ids), tensors=tensors)
+            LoadedGroup(
+                group_index=g,
+                is_state=is_state,
+                block_ids=tuple(int(b) for b in ids),
+                tensors=tensors,
+            )
         )
-    return LoadedRequest(request_id=request_id, tp_rank=int(worker.tp_rank), groups=tuple(groups))
+    return tuple(groups)
 
 
 def missing_nixl_names(api_module: ModuleType) -> list[str]:

@@ -218,6 +218,8 @@ class ServingSettings(_Strict):
     ready_timeout_s: Annotated[float, Field(gt=0)] = 1200.0
     host: str = "127.0.0.1"
     extra_serve_args: ServeArgs = ()
+    # PD servers digest the KV blocks they send and load (docs/vllm-plugin.md, KV digests).
+    kv_digest: bool = False
 
 
 class RaceSettings(_Strict):

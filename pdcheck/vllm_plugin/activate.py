@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pdcheck.vllm_plugin.settings import ENGINE_CORE_START_VAR, PluginSettings, parse_settings
 
@@ -51,9 +51,12 @@ def activate(environ: Mapping[str, str]) -> list[str]:
 
         if trace_recorder.install_from_env(environ):
             applied.append(f"trace={settings.trace_dir}")
+    if settings.inject is not None or settings.kv_digest:
+        _install_kv_hooks(settings)
     if settings.inject is not None:
-        _install_injection(settings)
         applied.append(settings.inject.describe())
+    if settings.kv_digest:
+        applied.append("kv-digest")
     if settings.plugin_dir is not None:
         from pdcheck.vllm_plugin.marker import (
             SCHEDULER_BUILT,
@@ -80,22 +83,40 @@ def activate(environ: Mapping[str, str]) -> list[str]:
     return applied
 
 
-def _install_injection(settings: PluginSettings) -> None:
-    from pdcheck._vllm.worker import check_worker_names, install_receive_hook
-    from pdcheck.vllm_plugin.inject import Injector
+def _install_kv_hooks(settings: PluginSettings) -> None:
+    """The hooks on a worker's KV: fault injection into finished loads, and KV digests."""
+    from pdcheck._vllm.worker import LoadedRequest, check_worker_names, install_receive_hook
     from pdcheck.vllm_plugin.marker import (
         KV_LOAD_HOOK_WITH_KV_CACHES,
         InjectionLog,
         record_in_marker,
     )
 
-    assert (
-        settings.inject is not None and settings.plugin_dir is not None
-    )  # parse_settings guarantees both
+    assert settings.plugin_dir is not None  # parse_settings guarantees it with either switch
     plugin_dir = settings.plugin_dir
     check_worker_names()
+    on_loaded: list[Callable[[list[LoadedRequest]], None]] = []
+    if settings.inject is not None:
+        from pdcheck.vllm_plugin.inject import Injector
+
+        on_loaded.append(Injector(settings.inject, InjectionLog(plugin_dir)).on_loaded)
+    if settings.kv_digest:
+        from pdcheck._vllm.kv_digest_hooks import check_digest_names, install_sent_blocks_hooks
+        from pdcheck.vllm_plugin.kv_digest import KvDigester
+
+        check_digest_names()
+        digester = KvDigester(plugin_dir)
+        # After the injector: a load is digested when the next step starts, whatever the order,
+        # but keeping it last says what the digest sees.
+        on_loaded.append(digester.on_loaded)
+        install_sent_blocks_hooks(digester.on_step_start)
+
+    def loaded(requests: list[LoadedRequest]) -> None:
+        for callback in on_loaded:
+            callback(requests)
+
     install_receive_hook(
-        Injector(settings.inject, InjectionLog(plugin_dir)).on_loaded,
+        loaded,
         on_kv_caches_registered=lambda tp_rank: record_in_marker(
             plugin_dir, KV_LOAD_HOOK_WITH_KV_CACHES, tp_rank=tp_rank
         ),

@@ -15,7 +15,8 @@ corruption by writing the races' *effects* into the KV a decoder has just receiv
 Invariants: a request is injected iff `is_selected(client id)`, except a stale-kv request with
 no earlier receive; each group's layers are indexed only with that group's ids (cache groups
 overlay one allocation); every injected request is logged with the blocks it changed, and
-nothing that was not changed is logged. The ops are in-place on the registered KV tensors (CPU
+nothing that was not changed is logged: a stale-kv block whose source holds the same bytes is
+left out (loaded KV is never all zeros, so every zeroed block counts). The ops are in-place on the registered KV tensors (CPU
 or the current CUDA stream); the adapter calls `on_loaded` before any forward reads the KV.
 
 Pitfall: a decoder with prefix caching caches a corrupted block and reuses it for later
@@ -121,13 +122,29 @@ def _overwrite(groups: Sequence[LoadedGroup], source: _Snapshot) -> dict[int, li
     """Overwrite each loaded block with the source's blocks, cycling when the source is shorter."""
     import torch
 
-    changed = {}
+    changed: dict[int, list[int]] = {}
     for group in groups:
         layers = source.get(group.group_index)
         if not group.block_ids or not layers:
             continue
+        differs = None
         for tensor, stale in zip(group.tensors, layers, strict=True):
             rows = torch.arange(len(group.block_ids), device=stale.device) % stale.shape[0]
-            tensor.index_copy_(0, _index(group.block_ids, tensor), stale.index_select(0, rows))
-        changed[group.group_index] = list(group.block_ids)
+            index, content = _index(group.block_ids, tensor), stale.index_select(0, rows)
+            differs = _or(differs, (tensor.index_select(0, index) != content).flatten(1).any(1))
+            tensor.index_copy_(0, index, content)
+        _note_changed(changed, group, differs)
     return changed
+
+
+def _or(acc, differs):
+    return differs if acc is None else acc | differs
+
+
+def _note_changed(changed: dict[int, list[int]], group: LoadedGroup, differs) -> None:
+    """Record the group's blocks whose bytes the fault changed: a stale source can hold the same
+    content (the eval's one-token preflight of question 0 before question 0 itself; a shared
+    few-shot prefix), and a block that did not change is no corruption to detect."""
+    ids = [b for b, d in zip(group.block_ids, differs.tolist(), strict=True) if d]
+    if ids:
+        changed[group.group_index] = ids

@@ -50,6 +50,7 @@ __all__ = [
     "SCHEDULER_BUILT",
     "InjectionLog",
     "InjectionRecord",
+    "append_jsonl",
     "record_in_marker",
     "write_activation_marker",
 ]
@@ -167,9 +168,15 @@ class InjectionLog:
         self.path = plugin_dir / INJECTIONS_FILE
 
     def append(self, record: InjectionRecord) -> None:
-        line = (json.dumps(record.to_dict(), separators=(",", ":")) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        append_jsonl(self.path, record.to_dict())
+
+
+def append_jsonl(path: Path, payload: dict) -> None:
+    """Append `payload` as one JSON line in a single `write()` on an O_APPEND descriptor, so the
+    lines of several processes (TP ranks) writing one file never interleave."""
+    line = (json.dumps(payload, separators=(",", ":")) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)

@@ -23,6 +23,7 @@ __all__ = [
     "IDLE_BACKOFF_VAR",
     "INJECT_SEED_VAR",
     "INJECT_VAR",
+    "KV_DIGEST_VAR",
     "NIXL_PTHR_DELAY_VAR",
     "PLUGIN_DIR_VAR",
     "PLUGIN_VARS",
@@ -45,6 +46,7 @@ PLUGIN_DIR_VAR = environment.PLUGIN_DIR.name
 IDLE_BACKOFF_VAR = environment.IDLE_BACKOFF_MS.name
 SHM_SPIN_SLEEP_VAR = environment.SHM_SPIN_SLEEP_US.name
 ENGINE_CORE_START_VAR = environment.ENGINE_CORE_START.name
+KV_DIGEST_VAR = environment.KV_DIGEST.name
 # Only these switch the plugin on (see `pdcheck.contracts.environment.PLUGIN_VARS`).
 PLUGIN_VARS = tuple(var.name for var in environment.PLUGIN_VARS)
 
@@ -90,6 +92,7 @@ class PluginSettings:
     plugin_dir: Path | None = None
     disable_fixes: str | None = None  # parsed by the race harness's switches module
     trace_dir: str | None = None  # read by the trace recorder
+    kv_digest: bool = False  # digest the KV blocks a prefiller sends and a decoder loads
 
 
 def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
@@ -101,8 +104,15 @@ def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
             f"{INJECT_VAR} is set but {PLUGIN_DIR_VAR} is not: the injection log in that folder is how "
             "the analysis knows which questions were corrupted. Set it to a writable folder."
         )
+    kv_digest = _parse_kv_digest(environ)
+    if kv_digest and plugin_dir is None:
+        raise ConfigError(
+            f"{KV_DIGEST_VAR}=1 is set but {PLUGIN_DIR_VAR} is not: the digests are written to "
+            "kv-digests.jsonl in that folder. Set it to a writable folder."
+        )
     return PluginSettings(
         inject=inject,
+        kv_digest=kv_digest,
         nixl_pthr_delay_us=_parse_whole(
             environ,
             NIXL_PTHR_DELAY_VAR,
@@ -137,6 +147,15 @@ def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
 def _non_empty(environ: Mapping[str, str], name: str) -> str | None:
     value = environ.get(name, "").strip()
     return value or None
+
+
+def _parse_kv_digest(environ: Mapping[str, str]) -> bool:
+    raw = _non_empty(environ, KV_DIGEST_VAR)
+    if raw is None or raw == "0":
+        return False
+    if raw == "1":
+        return True
+    raise ConfigError(f"{KV_DIGEST_VAR}={raw!r}: expected 1 (digest KV blocks) or 0 (off)")
 
 
 def _parse_engine_core_start(environ: Mapping[str, str]) -> str | None:

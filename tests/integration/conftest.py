@@ -27,6 +27,7 @@ from pdcheck.config.schema import SweepSpec
 from pdcheck.serving import Endpoints, plan_topology, serve_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
+from pdcheck.vllm_plugin.kv_digest import DIGESTS_FILE
 
 READY_TIMEOUT_S = 240
 # float32 so greedy picks do not flip at near-ties; Granite's hybrid needs prefix caching off.
@@ -50,7 +51,8 @@ def tiny_model_cell(key: str) -> Cell:
             {"name": key, "path": f"fixture:{name}", "kind": kind, "serve_args": SERVE_ARGS}
         ],
         "connector": {"kv_buffer_device": "cpu"},
-        "serving": {"platform": "cpu", "ready_timeout_s": READY_TIMEOUT_S},
+        # The PD servers digest the KV they send and load (a clean topology must match).
+        "serving": {"platform": "cpu", "ready_timeout_s": READY_TIMEOUT_S, "kv_digest": True},
     }
     return expand_cells(SweepSpec.model_validate(spec))[0]
 
@@ -144,6 +146,15 @@ def llama_pd(_pd_topologies) -> Endpoints:
 def granite_pd(_pd_topologies) -> Endpoints:
     """Tiny random Granite hybrid (Mamba2 + attention): baseline + 1P1D through the proxy."""
     return _pd_topologies.get("granite")
+
+
+def kv_digest_records(endpoints: Endpoints) -> list[dict]:
+    """Every line of the PD servers' `kv-digests.jsonl`, both sides."""
+    assert endpoints.started is not None  # a topology pdcheck started
+    logs = [Path(s.plugin_dir) / DIGESTS_FILE for s in endpoints.started.servers]
+    return [
+        json.loads(line) for log in logs if log.is_file() for line in log.read_text().splitlines()
+    ]
 
 
 def model_path(key: str) -> str:

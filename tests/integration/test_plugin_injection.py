@@ -21,12 +21,15 @@ from pathlib import Path
 
 import pytest
 
+from pdcheck.analysis.injection import injection_precision
+from pdcheck.analysis.kv_digest import join_digests
 from pdcheck.config import expand_cells
 from pdcheck.config.paths import fixture_models_dir
 from pdcheck.config.schema import SweepSpec
 from pdcheck.serving import plan_topology, serve_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
+from pdcheck.vllm_plugin.kv_digest import DIGESTS_FILE
 from pdcheck.vllm_plugin.selection import is_selected
 from tests.integration.conftest import greedy_token_ids
 
@@ -63,7 +66,7 @@ def _inject_zero_plan(run_dir: Path):
             ],
             "matrix": {"arms": ["inject-zero"]},
             "connector": {"kv_buffer_device": "cpu"},
-            "serving": {"platform": "cpu", "ready_timeout_s": 240},
+            "serving": {"platform": "cpu", "ready_timeout_s": 240, "kv_digest": True},
         }
     )
     (cell,) = expand_cells(spec)
@@ -122,8 +125,12 @@ def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
     # and forks its EngineCore, as vLLM does on CUDA.
     cpu_switches = ["nixl-pthr-delay-us=1000", "idle-backoff-ms=16", "engine-core-start=fork"]
     for name, switches in decode.items():
-        assert switches == [*cpu_switches, f"inject=zero-loaded-kv:0.5:seed={seed}"], name
-    assert prefill and all(s == cpu_switches for s in prefill.values()), (
+        assert switches == [
+            *cpu_switches,
+            f"inject=zero-loaded-kv:0.5:seed={seed}",
+            "kv-digest",
+        ], name
+    assert prefill and all(s == [*cpu_switches, "kv-digest"] for s in prefill.values()), (
         f"prefill markers: {prefill}"
     )
     did = _did(plan.decodes[0].plugin_dir)
@@ -155,3 +162,21 @@ def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
             f"c{c}: diverged {sorted(diverged)} != injected {sorted(selected)}"
         )
     assert all(r["kind"] == "zero-loaded-kv" and r["blocks"][0] for r in lines)
+
+    # KV digests (serving.kv_digest) flag exactly the injected questions, block by block.
+    digests = [
+        json.loads(line)
+        for server in (*plan.prefills, *plan.decodes)
+        if (server.plugin_dir / DIGESTS_FILE).is_file()
+        for line in (server.plugin_dir / DIGESTS_FILE).read_text().splitlines()
+    ]
+    for c in (1, 4):
+        summary = join_digests(digests, run_tag=f"pd-c{c}-r0")
+        assert (summary.requests_checked, summary.unmatched_requests, summary.refused) == (
+            N_QUESTIONS,
+            0,
+            None,
+        ), summary
+        assert summary.blocks_checked >= N_QUESTIONS, summary
+        score = injection_precision(lines, summary.mismatched_questions, run_tag=f"pd-c{c}-r0")
+        assert (score.precision, score.recall) == (1.0, 1.0), (c, score, summary)

@@ -17,9 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from pdcheck.analysis.kv_digest import join_digests
 from pdcheck.serving import scrape_kv_metrics
 from pdcheck.serving.proxy import prefill_request
-from tests.integration.conftest import complete, greedy_token_ids, model_path
+from tests.integration.conftest import (
+    complete,
+    greedy_token_ids,
+    kv_digest_records,
+    model_path,
+)
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
@@ -39,7 +45,8 @@ def pd(request, _pd_topologies):
 
 
 def test_pd_equals_baseline_and_the_decoder_received_kv(pd, gsm8k_dir):
-    """20 GSM8K prompts: PD greedy token ids == baseline at concurrency 1 and 4; decoder metrics show KV received, none failed."""
+    """20 GSM8K prompts: PD greedy token ids == baseline at concurrency 1 and 4; decoder metrics
+    show KV received, none failed; every loaded block's digest equals the prefiller's."""
     key, ep = pd
     prompts, model = gsm8k_prompts(gsm8k_dir), model_path(key)
     baseline = greedy_token_ids(
@@ -54,6 +61,14 @@ def test_pd_equals_baseline_and_the_decoder_received_kv(pd, gsm8k_dir):
         assert not mismatched, (
             f"{key} c{concurrency}: PD differs from the baseline on prompts {mismatched}"
         )
+        digests = join_digests(kv_digest_records(ep), run_tag=f"{key}-pd-c{concurrency}")
+        assert (digests.requests_checked, digests.unmatched_requests, digests.n_mismatches) == (
+            N_PROMPTS,
+            0,
+            0,
+        ), digests
+        # Every prompt spans at least one attention block (and a hybrid's state block).
+        assert digests.blocks_checked >= N_PROMPTS * (2 if key == "granite" else 1), digests
     delta = scrape_kv_metrics(ep.decoder_metrics_urls[0]).minus(before)
     assert delta.external_kv_tokens > 0, f"{key}: PD bypassed, {delta}"
     assert delta.transfers >= 2 * N_PROMPTS and delta.failed_transfers == 0

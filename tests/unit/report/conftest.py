@@ -12,8 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from pdcheck.analysis.kv_digest import DigestMismatch, KvDigestSummary
 from pdcheck.analysis.verdict import Status
 from pdcheck.config import SweepSpec, expand_cells
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
@@ -134,8 +136,13 @@ def write_run(
     log_lines: int = 30,
     environment: dict = ENVIRONMENT,
     analysis: dict | None = None,
+    kv_digest: bool = False,
 ) -> Path:
-    """Write a finished run folder with one cell per plan; returns `root`."""
+    """Write a finished run folder with one cell per plan; returns `root`.
+
+    With `kv_digest`, each PD unit also stores a digest join: two blocks per question, one
+    mismatched block per dropped question (the injected ones, on an injected arm).
+    """
     spec = SweepSpec(
         name="cpu-smoke",
         models=[{"name": m, "path": f"fixture:{m}"} for m in dict.fromkeys(p.model for p in plans)],
@@ -190,6 +197,8 @@ def write_run(
                         if b.correct and not r.correct
                     ),
                 )
+            if kv_digest:
+                evidence = msgspec.structs.replace(evidence, kv_digest=_digests(baseline, pd, c))
             if c not in plan.infra_at:
                 cs.write_kv(c, 0, evidence)
             judge_level(
@@ -199,6 +208,29 @@ def write_run(
         store.write_race_summary(race)
     finish_run(store)
     return root
+
+
+def _digests(
+    baseline: Sequence[QuestionRecord], pd: Sequence[QuestionRecord], concurrency: int
+) -> KvDigestSummary:
+    dropped = [r.index for b, r in zip(baseline, pd, strict=True) if b.correct and not r.correct]
+    mismatches = tuple(
+        DigestMismatch(
+            question=q,
+            x_request_id=f"pd-c{concurrency}-r0-q{q:05d}",
+            group=0,
+            position=1,
+            tp_rank=0,
+        )
+        for q in dropped
+    )
+    return KvDigestSummary(
+        requests_checked=len(pd),
+        blocks_checked=2 * len(pd),
+        n_mismatches=len(mismatches),
+        mismatched_questions=tuple(dropped),
+        mismatches=mismatches[:20],
+    )
 
 
 @pytest.fixture

@@ -431,3 +431,18 @@ def test_nixl_transport_stays_on_loopback_unless_servers_listen_off_it():
         for name, cell in (("on", on_loopback), ("off", off_loopback), ("chosen", chosen))
     }
     assert devices == {"on": "lo", "off": "all", "chosen": "mlx5_0:1"}
+
+
+def test_kv_digest_is_asked_of_pd_servers_with_a_plugin_folder_only():
+    """`serving.kv_digest` sets PDCHECK_KV_DIGEST=1 on prefill and decode servers (they write
+    into their plugin folder), never on the baseline, and nowhere when the sweep does not ask."""
+    digest = make_cell(serving={"kv_digest": True})
+    for role in ("prefill", "decode"):
+        env = build_env(digest, role=role, ports=PORTS, platform="cpu", plugin_dir="/run/p")
+        assert env["PDCHECK_KV_DIGEST"] == "1"
+    assert "PDCHECK_KV_DIGEST" not in build_env(
+        digest, role="baseline", ports=PORTS, platform="cpu", plugin_dir="/run/b"
+    )
+    assert "PDCHECK_KV_DIGEST" not in build_env(
+        make_cell(), role="decode", ports=PORTS, platform="cpu", plugin_dir="/run/p"
+    )

@@ -178,3 +178,19 @@ def test_int8_state_views_work(tmp_path, kind):
         assert (
             torch.count_nonzero(attention[[1, 2]]) == 0 and torch.count_nonzero(state[[4, 5]]) == 64
         )
+
+
+def test_a_stale_overwrite_with_the_same_bytes_is_not_logged(tmp_path):
+    """The eval's preflight of question 0 precedes question 0: a stale source with the same
+    content changes nothing, so nothing is logged; blocks of a shared prefix are left out of
+    the log while the differing ones are logged."""
+    backing, attention, state = _cache()
+    injector = Injector(InjectSpec(InjectKind.STALE_KV, 1.0, 0), InjectionLog(tmp_path))
+    backing[[4, 5, 6]] = backing[[1, 2, 3]]
+    injector.on_loaded([_request("cmpl-pre-0-aaaaaaaa", attention, state, [1, 2], [3])])
+    injector.on_loaded([_request("cmpl-q0-0-bbbbbbbb", attention, state, [4, 5], [6])])
+    assert _lines(tmp_path) == []
+    backing[8] = backing[5]  # block 1 of a shared prefix; block 0 and the state differ
+    injector.on_loaded([_request("cmpl-q1-0-cccccccc", attention, state, [7, 8], [9])])
+    (line,) = _lines(tmp_path)
+    assert (line["x_request_id"], line["blocks"]) == ("q1", [[9], [7]])

