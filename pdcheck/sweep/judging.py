@@ -14,10 +14,12 @@ family of the planned F, and re-judges the levels whose call it changes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.family import FamilyMember, FamilyVerdict, decide_alone, decide_family
 from pdcheck.analysis.injection import InjectionPrecision
+from pdcheck.analysis.kv_digest import digest_regression_reason
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.sequential import SequentialTest, sequential_result
 from pdcheck.analysis.verdict import (
@@ -235,6 +237,7 @@ def judge_level(
         decision=decision,
         kv_transferred_tokens=kv_tokens(result.kv, concurrency),
     )
+    verdict = _with_digests(cell, verdict, [result.kv.get((concurrency, r)) for r in repeats])
     injection = None
     if cell.arm.inject is not None:
         injection = _injection_precision(
@@ -244,6 +247,22 @@ def judge_level(
             run_tag=Unit(cell.id, "pd", concurrency, 0).run_tag,
         )
     return _record(cell, cs, concurrency, verdict, comparison=comparison, injection=injection)
+
+
+def _with_digests(
+    cell: Cell, verdict: CellVerdict, evidence: Sequence[KvEvidence | None]
+) -> CellVerdict:
+    """A level whose KV digests differ between prefiller and decoder is a REGRESSION, whatever
+    the accuracy says: the bytes are the evidence, and no jitter explains them. Not on an
+    injecting arm, whose corruption is intended (its digests are scored against the injection
+    log instead), nor over an INFRA-ERROR."""
+    if cell.arm.inject is not None or verdict.verdict in (Verdict.REGRESSION, Verdict.INFRA_ERROR):
+        return verdict
+    for kv in evidence:
+        reason = digest_regression_reason(kv.kv_digest if kv is not None else None)
+        if reason is not None:
+            return replace(verdict, verdict=Verdict.REGRESSION, reason=f"KV digests: {reason}")
+    return verdict
 
 
 def _decision(

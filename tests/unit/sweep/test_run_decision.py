@@ -127,3 +127,16 @@ def test_validate_prints_the_discordance_each_clean_design_tolerates(sweep_file,
     out = " ".join(capsys.readouterr().out.split())
     assert f"at most d = {100 * d:.1f}% of pairs" in out
     assert "INCONCLUSIVE by construction" in out and "eval.repeats" in out
+
+
+def test_a_clean_level_whose_kv_digests_differ_is_a_regression(tmp_path):
+    """Two corrupted questions in 200 are within a 5-point margin for the accuracy test, but
+    their KV blocks differ between prefiller and decoder: the level is a REGRESSION, with the
+    digests as its reason. Without digests the same records are not."""
+    plans = [CellPlan("fixes-on", model="tiny-llama", drops={1: 2})]
+    with_digests = write_run(tmp_path / "digests", plans, concurrency=(1,), kv_digest=True)
+    v = load_run(with_digests).cells[0].verdicts[1].verdict
+    assert v.verdict is Verdict.REGRESSION
+    assert v.reason.startswith("KV digests: 2 of 400 KV blocks differ"), v.reason
+    without = write_run(tmp_path / "accuracy", plans, concurrency=(1,))
+    assert load_run(without).cells[0].verdicts[1].verdict.verdict is not Verdict.REGRESSION
