@@ -18,7 +18,7 @@ from pdcheck.sweep.schema import SweepInfo
 from pdcheck.sweep.serving_backend import ServingBackend
 from pdcheck.sweep.store import Provenance, create_run
 from tests.integration.conftest import MODELS, READY_TIMEOUT_S, SERVE_ARGS
-from tests.unit.sweep.test_started_servers import LiveCheck
+from tests.slow.test_started_servers import LiveCheck
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 

@@ -77,6 +77,8 @@ def test_receive_hook_passes_finished_receives_with_group_ids(monkeypatch):
     caches = {name: torch.zeros(8, 2) for name in ("mamba.0", "attn.1", "attn.3")}
     worker = object.__new__(base_worker.NixlBaseConnectorWorker)
     worker.tp_rank = 1
+    worker.world_size = 2  # what a real worker's __init__ sets, and the loads now carry
+    worker.kv_cache_layout = "LBHNC"
     worker.register_kv_caches(caches)
     assert registered == [1]  # this process registered the caches with the hook in place
     worker._group_spec_types = (MambaSpec, FullAttentionSpec)
@@ -96,6 +98,7 @@ def test_receive_hook_passes_finished_receives_with_group_ids(monkeypatch):
     assert results.finished_recving == {"cmpl-q-0-aaaaaaaa", "cmpl-bad-0-00000000"}
     (req,) = seen
     assert (req.request_id, req.tp_rank) == ("cmpl-q-0-aaaaaaaa", 1)
+    assert (req.tp_size, req.remote_tp_size, req.kv_cache_layout) == (2, 1, "LBHNC")
     state, attention = req.groups
     assert (state.group_index, state.is_state, state.block_ids) == (0, True, (4,))
     assert (attention.group_index, attention.is_state, attention.block_ids) == (
