@@ -113,10 +113,6 @@ class Reaper:
             self._pgids.discard(pgid)
             self._send(f"-{pgid}\n")
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
     def _send(self, line: str) -> None:
         for _attempt in range(2):
             process = self._running()
