@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import urllib.error
@@ -13,6 +14,8 @@ import urllib.request
 from pathlib import Path
 
 from pdcheck.serving import plan_topology
+from pdcheck.serving.argv import CPU_LAUNCHER_MODULE
+from pdcheck.serving.forkserver import FORKSERVER_ENV
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
 from pdcheck.serving.process import ServerProcess
@@ -99,3 +102,20 @@ def complete(url: str) -> tuple[int, dict]:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+def stop_a_queued_launcher(python: str, env: dict[str, str], socket_path: str) -> None:
+    """Start pdcheck's launcher for the fork server at `socket_path`, wait until it says its
+    request is sent (queued while the fork server imports), then stop it with SIGTERM; it must
+    exit 128 + SIGTERM, as a launcher stopped before its server started does."""
+    queued = subprocess.Popen(
+        [python, "-m", CPU_LAUNCHER_MODULE, "serve", "m", "--port", "1"],
+        env={**env, FORKSERVER_ENV: socket_path},
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,
+    )
+    assert queued.stderr is not None
+    assert "asked the vLLM fork server" in queued.stderr.readline()
+    queued.send_signal(signal.SIGTERM)
+    assert queued.wait(timeout=30) == 128 + signal.SIGTERM

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +23,7 @@ from pdcheck.serving.forkserver import FORKSERVER_ENV, FORKSERVER_MODULE, ForkSe
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
 from pdcheck.serving.process import ServerProcess, server_environ
-from tests.fakes.stub_topology import alive
+from tests.fakes.stub_topology import alive, stop_a_queued_launcher
 from tests.integration.conftest import MODELS, READY_TIMEOUT_S, SERVE_ARGS, complete, model_path
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
@@ -130,17 +128,7 @@ def test_a_queued_launcher_that_stops_harms_no_other_and_forks_see_a_direct_envi
     fork_servers = ForkServers()
     try:
         socket_path = fork_servers.socket_for(server.argv[0], env, log_dir=tmp_path)
-        queued = subprocess.Popen(
-            [*server.argv[:3], "serve", "m", "--port", "1"],
-            env={**env, FORKSERVER_ENV: socket_path},
-            stderr=subprocess.PIPE,
-            text=True,
-            process_group=0,
-        )
-        assert queued.stderr is not None
-        assert "asked the vLLM fork server" in queued.stderr.readline()  # its request is queued
-        queued.send_signal(signal.SIGTERM)
-        assert queued.wait(timeout=30) == 128 + signal.SIGTERM
+        stop_a_queued_launcher(server.argv[0], env, socket_path)
         with serve_baseline(plan, fork_servers=fork_servers) as endpoints:
             (process,) = endpoints.processes
             assert _forked_pid(process)

@@ -23,14 +23,20 @@ from pdcheck.serving import plan_topology, serve_baseline
 from pdcheck.serving.argv import CPU_LAUNCHER_MODULE
 from pdcheck.serving.forkserver import (
     FORK_SERVER_SWITCH,
-    FORKSERVER_ENV,
     ForkServers,
     forkable,
 )
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
 from pdcheck.serving.process import server_environ
-from tests.fakes.stub_topology import STUB, alive, complete, recorded_pids, wait_gone
+from tests.fakes.stub_topology import (
+    STUB,
+    alive,
+    complete,
+    recorded_pids,
+    stop_a_queued_launcher,
+    wait_gone,
+)
 from tests.unit.serving.conftest import make_cell
 
 # A pdcheck that starts a fork server for its environment, says where, and waits to be killed.
@@ -190,17 +196,7 @@ def test_a_launcher_stopped_while_queued_leaves_the_others_serving(
     env = server_environ(plan.baseline.env)
     socket_path = fork_servers.socket_for(sys.executable, env, log_dir=tmp_path / "logs")
     fork_server = _pid_with(socket_path)
-    queued = subprocess.Popen(
-        [sys.executable, "-m", CPU_LAUNCHER_MODULE, "serve", "m", "--port", "1"],
-        env={**env, FORKSERVER_ENV: socket_path},
-        stderr=subprocess.PIPE,
-        text=True,
-        process_group=0,
-    )
-    assert queued.stderr is not None
-    assert "asked the vLLM fork server" in queued.stderr.readline()  # its request is queued
-    queued.send_signal(signal.SIGTERM)
-    assert queued.wait(timeout=30) == 128 + signal.SIGTERM
+    stop_a_queued_launcher(sys.executable, env, socket_path)
     with serve_baseline(plan, fork_servers=fork_servers) as endpoints:
         status, _answer = complete(endpoints.url("baseline"))
         assert status == 200
