@@ -57,18 +57,23 @@ def _broken_vllm(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(site)}
 
 
-def _pid_with(text: str) -> int:
-    """The one process whose command line contains `text`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if proc.name.isdigit() and text in cmdline:
-            found.append(int(proc.name))
-    (pid,) = found
-    return pid
+def _pid_with(text: str, timeout_s: float = 30.0) -> int:
+    """The one process whose command line contains `text`, once it has one (a process just
+    started shows its parent's command line until its exec)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if proc.name.isdigit() and text in cmdline:
+                found.append(int(proc.name))
+        if found or time.monotonic() > deadline:
+            (pid,) = found
+            return pid
+        time.sleep(0.05)
 
 
 def test_a_fork_server_that_cannot_import_vllm_fails_every_launcher_and_ends_with_pdcheck(
