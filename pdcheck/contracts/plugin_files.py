@@ -10,6 +10,8 @@ from __future__ import annotations
 
 ACTIVATION_GLOB = "activation-*.json"
 INJECTIONS_FILE = "injections.jsonl"
+# One line per request, side and TP rank with the digests of its transferred KV blocks.
+DIGESTS_FILE = "kv-digests.jsonl"
 # A vLLM scheduler was built in this process, after every fix switch was installed.
 SCHEDULER_BUILT = "scheduler-built"
 # This process registered NIXL KV caches with the KV-load hook (fault injection) installed.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +27,7 @@ from pdcheck.analysis.kv_digest import KvDigestSummary, join_digests
 from pdcheck.analysis.sequential import SequentialTest
 from pdcheck.analysis.verdict import Outcome
 from pdcheck.config import Cell, resolve_model_path
-from pdcheck.contracts.plugin_files import INJECTIONS_FILE
+from pdcheck.contracts.plugin_files import DIGESTS_FILE, INJECTIONS_FILE
 from pdcheck.errors import ExitCode
 from pdcheck.evals.dataset import TaskData
 from pdcheck.evals.records import QuestionRecord, read_records
@@ -297,7 +297,7 @@ class Engine:
                         self._count_start(cs, endpoints)
                         for unit in pending:
                             self._wait_turn(cell, turn, unit.concurrency)
-                            self._run_unit(cell, cs, unit, endpoints.url("baseline"), endpoints)
+                            self._run_unit(cell, cs, unit, endpoints)
                             # The sharing cells' PD jobs may be waiting for this level.
                             self._share_baseline(job, cs, (unit,))
                             self._level_over(pending, turn, unit)
@@ -311,7 +311,7 @@ class Engine:
                             # A flagged earlier level of this cell skips the rest (early stop).
                             if (unit.cell_id, unit.concurrency) not in self._stopped:
                                 self._wait_turn(cell, turn, unit.concurrency)
-                                self._run_unit(cell, cs, unit, endpoints.url("pd"), endpoints)
+                                self._run_unit(cell, cs, unit, endpoints)
                                 self._judge_cell(cell, only=unit.concurrency)
                             self._level_over(pending, turn, unit)
             except Exception as exc:
@@ -363,9 +363,7 @@ class Engine:
                     continue
                 target.copy_unit_failure(source, "baseline", unit.concurrency, unit.repeat)
 
-    def _run_unit(
-        self, cell: Cell, cs: CellStore, unit: Unit, url: str, endpoints: Endpoints
-    ) -> None:
+    def _run_unit(self, cell: Cell, cs: CellStore, unit: Unit, endpoints: Endpoints) -> None:
         from pdcheck.evals import run_eval
 
         self._set(cell, f"eval {unit.side} c{unit.concurrency} r{unit.repeat}")
@@ -386,7 +384,7 @@ class Engine:
 
         try:
             summary = run_eval(
-                url,
+                endpoints.url(unit.side),
                 self._task(cell),
                 settings=cell.eval,
                 concurrency=unit.concurrency,
@@ -516,25 +514,25 @@ def _kv_digest(endpoints: Endpoints, run_tag: str) -> KvDigestSummary | None:
     """The join of this unit's KV digests, from every PD server's `kv-digests.jsonl` (the
     prefillers' lines are keyed by their own request ids, so all of them are read)."""
     servers = endpoints.started.servers if endpoints.started else ()
-    logs = [Path(s.plugin_dir) / "kv-digests.jsonl" for s in servers if s.role != "baseline"]
-    records = [
-        json.loads(line)
-        for log in logs
-        if log.is_file()
-        for line in log.read_text().splitlines()
-        if line.strip()
-    ]
+    folders = [s.plugin_dir for s in servers if s.role != "baseline"]
+    records = [json.loads(line) for line in _plugin_log_lines(folders, DIGESTS_FILE)]
     return join_digests(records, run_tag=run_tag) if records else None
+
+
+def _plugin_log_lines(folders: Iterable[str], name: str) -> list[str]:
+    """The non-empty lines of the plugin's log `name` in each of `folders` that has one."""
+    lines: list[str] = []
+    for folder in folders:
+        log = Path(folder) / name
+        if log.is_file():
+            lines += [line for line in log.read_text().splitlines() if line.strip()]
+    return lines
 
 
 def _injections(endpoints: Endpoints, run_tag: str) -> tuple[dict[str, Any], ...]:
     """The plugin's injection-log lines of this unit (its run tag), from every decoder."""
-    out = []
-    for folder in endpoints.plugin_dirs:
-        log = Path(folder) / INJECTIONS_FILE
-        if not log.is_file():
-            continue
-        for line in log.read_text().splitlines():
-            if line.strip() and f'"{run_tag}-q' in line:
-                out.append(json.loads(line))
-    return tuple(out)
+    return tuple(
+        json.loads(line)
+        for line in _plugin_log_lines(endpoints.plugin_dirs, INJECTIONS_FILE)
+        if f'"{run_tag}-q' in line
+    )

@@ -43,12 +43,12 @@ from typing import Any
 
 from pdcheck._vllm.kv_digest_hooks import SentRequest, token_dim
 from pdcheck._vllm.worker import LoadedGroup, LoadedRequest
+from pdcheck.contracts.plugin_files import DIGESTS_FILE
 from pdcheck.vllm_plugin.marker import append_jsonl
 from pdcheck.vllm_plugin.selection import client_request_id
 
-__all__ = ["DIGESTS_FILE", "KvDigester"]
+__all__ = ["KvDigester"]
 
-DIGESTS_FILE = "kv-digests.jsonl"
 SCHEMA_VERSION = 1
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15

@@ -24,10 +24,10 @@ import pytest
 from pdcheck.config import Cell, expand_cells
 from pdcheck.config.paths import fixture_models_dir
 from pdcheck.config.schema import SweepSpec
+from pdcheck.contracts.plugin_files import DIGESTS_FILE
 from pdcheck.serving import Endpoints, plan_topology, serve_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
-from pdcheck.vllm_plugin.kv_digest import DIGESTS_FILE
 
 READY_TIMEOUT_S = 240
 # float32 so greedy picks do not flip at near-ties; Granite's hybrid needs prefix caching off.

@@ -26,10 +26,10 @@ from pdcheck.analysis.kv_digest import join_digests
 from pdcheck.config import expand_cells
 from pdcheck.config.paths import fixture_models_dir
 from pdcheck.config.schema import SweepSpec
+from pdcheck.contracts.plugin_files import DIGESTS_FILE
 from pdcheck.serving import plan_topology, serve_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
-from pdcheck.vllm_plugin.kv_digest import DIGESTS_FILE
 from pdcheck.vllm_plugin.selection import is_selected
 from tests.integration.conftest import greedy_token_ids
 
