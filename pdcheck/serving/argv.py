@@ -316,6 +316,11 @@ def apply_overrides(argv: Sequence[str], overrides: Sequence[str]) -> list[str]:
     return [token for group in result for token in group]
 
 
+def user_serve_args(cell: Cell) -> list[str]:
+    """The serve args the user gave (the model's, then the sweep's), which override pdcheck's."""
+    return [*cell.model.serve_args, *cell.serving.extra_serve_args]
+
+
 def flag_value(argv: Sequence[str], flag: str) -> str | None:
     """The value the last `flag` in `argv` gives (`--x v` or `--x=v`, dashes or underscores), if any."""
     value = None

@@ -27,6 +27,7 @@ from pdcheck.serving.argv import (
     build_env,
     build_serve_argv,
     flag_value,
+    user_serve_args,
 )
 from pdcheck.serving.devices import (
     COLOCATED_MEMORY_BUDGET,
@@ -245,7 +246,7 @@ def plan_topology(
 def memory_share(cell: Cell, share: GpuShare) -> float:
     """The memory share a server runs with: the one the model's or the sweep's serve args give
     (they override pdcheck's, and the arm's flags never set it), else pdcheck's, else vLLM's."""
-    user = flag_value([*cell.model.serve_args, *cell.serving.extra_serve_args], GPU_MEMORY_FLAG)
+    user = flag_value(user_serve_args(cell), GPU_MEMORY_FLAG)
     if user is None:
         return VLLM_DEFAULT_MEMORY_SHARE if share.memory_share is None else share.memory_share
     try:
