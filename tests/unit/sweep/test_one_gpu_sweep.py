@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 
 from pdcheck.cli import main
+from tests.fakes.hub import FakeHub
 from tests.fakes.nvidia_smi import fake_nvidia_smi
 
 SERVER_LINE = re.compile(r"^# (prefill|decode|baseline)-0: http://\S+  (.*?)  log: ", re.M)
@@ -45,6 +47,26 @@ def test_one_gpu_plans_every_server_on_gpu_0_with_its_memory_share(capsys, tmp_p
         assert where == expected, role
     assert "CUDA_VISIBLE_DEVICES=1" not in text
     assert text.count("--gpu-memory-utilization 0.45") == 12
+
+
+def test_the_dry_run_says_what_the_weights_fetch_would_download(capsys, tmp_path, monkeypatch):
+    """The one hub model is sized from the Hub's metadata (the tiny fixtures need nothing); with
+    the Hub unreachable the dry run says it cannot tell, and exits 0 all the same."""
+    hub = FakeHub()
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub.snapshot_download)
+    text = _dry_run(capsys, tmp_path, "--gpus", "1")
+    weights = text[text.index("# weights a run fetches") :].splitlines()[1:]
+    assert weights == [
+        "# Qwen/Qwen3-0.6B (qwen3-0.6b): 1.51 GB to download (2 of 3 files not in the cache)"
+    ]
+    assert hub.downloads == []
+    monkeypatch.setattr(
+        huggingface_hub, "snapshot_download", FakeHub(reachable=False).snapshot_download
+    )
+    text = _dry_run(capsys, tmp_path, "--gpus", "1")
+    assert (
+        "# cannot tell: model Qwen/Qwen3-0.6B (qwen3-0.6b): the Hugging Face Hub could not" in text
+    )
 
 
 @pytest.mark.parametrize("gpus", [1, 2])
