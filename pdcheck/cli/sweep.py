@@ -210,7 +210,7 @@ class LiveDisplay:
         self._live.__exit__(*exc)
 
     def update(self, event) -> None:
-        if event.kind in ("planned", "unit-done", "verdict", "failure", "race"):
+        if event.kind in ("weights", "planned", "unit-done", "verdict", "failure", "race"):
             # A verdict's whole reason is in the summary's file and the report: one line here.
             one_line = event.kind == "verdict"
             console.print(

@@ -64,6 +64,8 @@ def cpu_single_process_model_env() -> dict[str, str]:
     return {**CPU_IN_PROCESS_WORKER_ENV, **CPU_ENGINE_CORE_START_ENV}
 
 
+GPU_MEMORY_FLAG = "--gpu-memory-utilization"
+
 _KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -120,8 +122,13 @@ def build_serve_argv(
     port: int,
     platform: Platform,
     launcher: Sequence[str] | None = None,
+    memory_share: float | None = None,
 ) -> list[str]:
-    """The full argv of one server: launcher, `serve MODEL`, pdcheck's flags, model args, extra args."""
+    """The full argv of one server: launcher, `serve MODEL`, pdcheck's flags, model args, extra args.
+
+    `memory_share`: the server's `--gpu-memory-utilization` when it shares its GPUs (see
+    `serving.devices`); a share the model's or the sweep's serve args give wins, as any flag does.
+    """
     prefix = list(launcher) if launcher is not None else launcher_argv(cell, platform=platform)
     head = [*prefix, "serve", resolve_model_path(cell.model.path)]
     base = [
@@ -139,6 +146,8 @@ def build_serve_argv(
     base.append("--async-scheduling" if cell.async_scheduling else "--no-async-scheduling")
     if cell.attention_backend:
         base += ["--attention-backend", cell.attention_backend]
+    if memory_share is not None:
+        base += [GPU_MEMORY_FLAG, f"{memory_share:g}"]
     if platform == "cpu":
         # Deterministic tiny-model defaults: float32 (bf16 flips greedy picks at near-ties),
         # eager (24 s to ready instead of ~60 s compiled), and a KV cache sized for 3 servers.
@@ -305,6 +314,21 @@ def apply_overrides(argv: Sequence[str], overrides: Sequence[str]) -> list[str]:
         else:
             result.append(group)
     return [token for group in result for token in group]
+
+
+def user_serve_args(cell: Cell) -> list[str]:
+    """The serve args the user gave (the model's, then the sweep's), which override pdcheck's."""
+    return [*cell.model.serve_args, *cell.serving.extra_serve_args]
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value the last `flag` in `argv` gives (`--x v` or `--x=v`, dashes or underscores), if any."""
+    value = None
+    for group in _split_flags(argv):
+        key, eq, inline = group[0].partition("=")
+        if _flag_key(key) == _flag_key(flag) and not key.lstrip("-").startswith("no-"):
+            value = inline if eq else (group[1] if len(group) > 1 else None)
+    return value
 
 
 def _split_flags(argv: Sequence[str]) -> list[list[str]]:

@@ -90,10 +90,11 @@ def _narrow(gpus: tuple[Gpu, ...], visible: list[str]) -> tuple[Gpu, ...]:
 
 def _duplicated(visible: list[str], gpu: Gpu) -> str:
     return (
-        f"CUDA_VISIBLE_DEVICES={','.join(visible)} names GPU {gpu.index} more than once. pdcheck "
-        "gives each server GPUs of its own; several servers on one GPU (co-location) would each "
-        "need a share of its memory, which pdcheck does not plan yet, and vLLM's default 0.9 "
-        "memory utilisation would fail the second server's start. Name each GPU once."
+        f"CUDA_VISIBLE_DEVICES={','.join(visible)} names GPU {gpu.index} more than once. To put "
+        "several servers on one GPU (co-location), name it once: pdcheck shares the GPUs it is "
+        "given when a topology needs more than there are, with a memory share and a staged start "
+        "per server (a GPU named twice would count as two, each server taking vLLM's default "
+        "share, and the second could not start). Name each GPU once."
     )
 
 

@@ -3,7 +3,8 @@
 Pure apart from claiming free ports: nothing is started here, so `--dry-run` can print a
 plan, and servers that do not fit their GPUs are refused before any process exists. A plan
 holds exactly the servers that are to start together (a whole cell for `pdcheck up`, one
-side of it for a sweep job), on exactly the devices given for them.
+side of it for a sweep job), on exactly the devices given for them; when they share GPUs
+(`serving.devices`), with each one's memory share and start stage.
 """
 
 from __future__ import annotations
@@ -16,15 +17,24 @@ from pathlib import Path
 
 from pdcheck.config import Cell
 from pdcheck.config.cells import ROLES
+from pdcheck.errors import ConfigError
 from pdcheck.serving.argv import (
+    GPU_MEMORY_FLAG,
     Platform,
     Role,
     ServerPorts,
     arm_needs_plugin,
     build_env,
     build_serve_argv,
+    flag_value,
+    user_serve_args,
 )
-from pdcheck.serving.devices import assign_cpu_binds, assign_gpus
+from pdcheck.serving.devices import (
+    COLOCATED_MEMORY_BUDGET,
+    GpuShare,
+    assign_cpu_binds,
+    assign_gpus,
+)
 from pdcheck.serving.forkserver import FORKED_NOTE, forkable
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
@@ -44,6 +54,10 @@ class ServerPlan:
     plugin_dir: Path
     gpus: tuple[str, ...] = ()  # as CUDA_VISIBLE_DEVICES names them; empty on CPU
     cpu_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND on CPU
+    # The share of its GPUs' memory it runs with when it shares them; None: they are its own.
+    memory_share: float | None = None
+    # Starts once every server of its job in an earlier stage is ready (co-located servers).
+    start_stage: int = 0
 
     @property
     def name(self) -> str:
@@ -52,6 +66,17 @@ class ServerPlan:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.ports.http}"
+
+    @property
+    def placement(self) -> str:
+        """Where it runs, for a plan's text: its GPUs, memory share and start stage."""
+        if not self.gpus:
+            return ""
+        where = f"GPU {','.join(self.gpus)}"
+        if self.memory_share is None:
+            return f"{where} (its own)"
+        stage = f", start stage {self.start_stage}" if self.start_stage else ""
+        return f"{where} shared, memory share {self.memory_share:g}{stage}"
 
     def render(self) -> str:
         """The server as one copy-pasteable shell line (env assignments, then argv)."""
@@ -94,8 +119,11 @@ class TopologyPlan:
         lines = [f"# {self.cell_name} ({self.platform})"]
         if any(forkable(s.argv) for s in self.servers):
             lines.append(FORKED_NOTE)
+        if any(s.start_stage for s in self.servers):
+            lines.append(STAGED_NOTE)
         for server in self.servers:
-            lines.append(f"# {server.name}: {server.url}  log: {server.log_path}")
+            where = f"  {server.placement}" if server.placement else ""
+            lines.append(f"# {server.name}: {server.url}{where}  log: {server.log_path}")
             lines.append(server.render())
         if self.proxy_port is not None:
             urls = [*prefill_urls, *(s.url for s in self.prefills)]
@@ -106,6 +134,14 @@ class TopologyPlan:
                 f"pdcheck proxy {prefill} {decode} --host {self.proxy_host} --port {self.proxy_port}"
             )
         return "\n".join(lines)
+
+
+STAGED_NOTE = (
+    "# servers sharing a GPU start one stage at a time, each once the earlier stages are ready: "
+    "vLLM counts memory that changes on the device during its start as its own"
+)
+# vLLM's default `--gpu-memory-utilization` (CacheConfig, 0.32 and 0.33).
+VLLM_DEFAULT_MEMORY_SHARE = 0.92
 
 
 def resolve_platform(cell: Cell, inventory: GpuInventory) -> Platform:
@@ -125,20 +161,33 @@ def plan_topology(
     platform: Platform | None = None,
     launcher: Sequence[str] | None = None,
     cpu_count: int | None = None,
+    job_roles: Sequence[Role] | None = None,
 ) -> TopologyPlan:
-    """The servers of `roles` (every role by default), with disjoint ports and devices.
+    """The servers of `roles` (every role by default), with disjoint ports and their devices.
 
-    `inventory` holds the devices for exactly these servers, handed out in order of `roles`;
+    `inventory` holds the devices of the job the servers belong to: the servers of `job_roles`
+    (default `roles`), handed out in that order, of which those of `roles` are planned (a sweep
+    starts a PD job's prefill and decode servers apart, on the GPUs of the whole job).
     `platform` is the one resolved for the machine (default: resolved from `inventory`).
-    Raises `GpuInventoryError` on a GPU platform when the servers do not fit the inventory.
+    Raises `GpuInventoryError` on a GPU platform when a server's TP exceeds the inventory, and
+    `ConfigError` when servers sharing a GPU ask for more than its memory together.
     """
     platform = platform or resolve_platform(cell, inventory)
     servers_of = cell.servers(*roles)
+    job_servers = cell.servers(*(job_roles or roles))
     if platform == "gpu":
-        gpu_sets = assign_gpus([(f"{r}-{i}", cell.tp(r)) for r, i in servers_of], inventory)
+        shares = dict(
+            zip(
+                job_servers,
+                assign_gpus([(f"{r}-{i}", cell.tp(r)) for r, i in job_servers], inventory),
+                strict=True,
+            )
+        )
+        check_memory_shares(cell, shares)
+        gpu_shares = [shares[s] for s in servers_of]
         binds: list[str | None] = [None] * len(servers_of)
     else:
-        gpu_sets = [()] * len(servers_of)
+        gpu_shares = [GpuShare(())] * len(servers_of)
         binds = list(
             assign_cpu_binds(
                 [(r, cell.tp(r)) for r, _ in servers_of], cpu_count=cpu_count or os.cpu_count() or 1
@@ -146,7 +195,7 @@ def plan_topology(
         )
     run = Path(run_dir)
     servers = []
-    for (role, index), gpus, bind in zip(servers_of, gpu_sets, binds, strict=True):
+    for (role, index), share, bind in zip(servers_of, gpu_shares, binds, strict=True):
         server_ports = ports.server_ports(tp=cell.tp(role))
         plugin_dir = run / "plugin" / f"{role}-{index}"
         servers.append(
@@ -160,6 +209,7 @@ def plan_topology(
                         port=server_ports.http,
                         platform=platform,
                         launcher=launcher,
+                        memory_share=share.memory_share,
                     )
                 ),
                 env=build_env(
@@ -167,7 +217,7 @@ def plan_topology(
                     role=role,
                     ports=server_ports,
                     platform=platform,
-                    gpus=gpus,
+                    gpus=share.devices,
                     cpu_bind=bind,
                     plugin_dir=str(plugin_dir),
                 ),
@@ -175,8 +225,10 @@ def plan_topology(
                 host=cell.serving.host,
                 log_path=run / "logs" / f"{role}-{index}.log",
                 plugin_dir=plugin_dir,
-                gpus=tuple(gpus),
+                gpus=share.devices,
                 cpu_bind=bind,
+                memory_share=None if share.memory_share is None else memory_share(cell, share),
+                start_stage=share.start_stage,
             )
         )
     return TopologyPlan(
@@ -189,3 +241,35 @@ def plan_topology(
         ready_timeout_s=cell.serving.ready_timeout_s,
         async_scheduling=cell.async_scheduling,
     )
+
+
+def memory_share(cell: Cell, share: GpuShare) -> float:
+    """The memory share a server runs with: the one the model's or the sweep's serve args give
+    (they override pdcheck's, and the arm's flags never set it), else pdcheck's, else vLLM's."""
+    user = flag_value(user_serve_args(cell), GPU_MEMORY_FLAG)
+    if user is None:
+        return VLLM_DEFAULT_MEMORY_SHARE if share.memory_share is None else share.memory_share
+    try:
+        return float(user)
+    except ValueError:
+        raise ConfigError(
+            f"{GPU_MEMORY_FLAG} {user!r} in {cell.name}'s serve args is not a number"
+        ) from None
+
+
+def check_memory_shares(cell: Cell, shares: dict[tuple[Role, int], GpuShare]) -> None:
+    """`ConfigError` when the servers sharing a GPU ask for more than all of its memory: each
+    checks at its start that its share is free, so the last one could never start."""
+    on_gpu: dict[str, list[tuple[str, float]]] = {}
+    for (role, index), share in shares.items():
+        for device in share.devices:
+            on_gpu.setdefault(device, []).append((f"{role}-{index}", memory_share(cell, share)))
+    for device, servers in on_gpu.items():
+        if len(servers) > 1 and sum(s for _, s in servers) > 1:
+            asked = " + ".join(f"{name} {s:g}" for name, s in servers)
+            raise ConfigError(
+                f"{cell.name}: the servers sharing GPU {device} ask for {asked} of its memory, more "
+                f"than all of it; vLLM starts a server only when its share is free. Drop "
+                f"{GPU_MEMORY_FLAG} from the serve args (pdcheck then splits "
+                f"{COLOCATED_MEMORY_BUDGET:g} between the servers sharing a GPU), or lower it"
+            )

@@ -98,12 +98,18 @@ def _running(
 ) -> Iterator[tuple[RunningServer, ...]]:
     running = tuple(_process(s, fork_servers) for s in servers)
     processes = [r.process for r in running]
+    stages = sorted({s.start_stage for s in servers})
     with signals_unwind(), contextlib.ExitStack() as stack:
         stack.callback(stop_all, processes)
-        for proc in processes:  # all start before any wait: they come up in parallel
-            proc.start()
+        # A stage's servers start together and come up in parallel; servers sharing a GPU are
+        # in different stages, and a later stage starts once the earlier ones are ready.
+        for stage in stages:
+            starting = [r.process for r in running if r.plan.start_stage == stage]
+            for proc in starting:
+                proc.start()
+            if wait or stage != stages[-1]:
+                wait_all_ready(starting, timeout_s=timeout_s)
         if wait:
-            wait_all_ready(processes, timeout_s=timeout_s)
             check_async(servers, requested=async_scheduling)
         yield running
 
@@ -189,6 +195,9 @@ def serve_pd(
     if prefills and plan.prefills:
         raise ValueError("serve_pd(prefills=...) is for a plan without prefill servers")
     timeout_s = _timeout(plan, ready_timeout_s)
+    if prefills and any(d.start_stage for d in plan.decodes):
+        # The decoders share the prefills' GPUs: they start once the prefills are ready.
+        wait_all_ready([p.process for p in prefills], timeout_s=timeout_s)
     with _running(
         (*plan.prefills, *plan.decodes),
         timeout_s=timeout_s,

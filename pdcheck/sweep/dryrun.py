@@ -3,7 +3,8 @@
 Starts nothing. Each job (a baseline, or a PD topology) is planned on the GPUs the sweep plan
 places it on, by the same `ServingBackend.plan` a run starts its servers from. When the arm's
 python can import vLLM, each `vllm serve` argv is also run through vLLM's own argument parser
-(in a subprocess of that python) and problems are listed.
+(in a subprocess of that python) and problems are listed. It also says what fetching the hub
+models would download (or, offline, whether the cache holds them).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
     from pdcheck.serving.argv import cell_python
     from pdcheck.serving.environment import probe_vllm
     from pdcheck.serving.gpus import Gpu, GpuInventory
+    from pdcheck.serving.weights import describe_weights
     from pdcheck.sweep.serving_backend import ServingBackend
 
     if gpus is None:
@@ -93,6 +95,12 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
         "",
         *(f"# {line}" for line in sizing_lines(prepared.cells, family_size=prepared.family_size)),
     ]
+    weights, weight_problems = describe_weights(prepared.cells)
+    lines += [
+        "",
+        "# weights a run fetches before any server starts (Hub metadata, huggingface_hub's cache):",
+        *(f"# {line}" for line in weights or ["none: fixture models and local paths only"]),
+    ]
     problems: list[str] = []
     for python, argvs in pending.items():
         # One vLLM import per python for every command line it will run.
@@ -101,7 +109,7 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
             problems += [f"{user}: {p}" for user in users for p in found]
     if problems:
         lines += ["", "# problems found by vLLM's argument parser:", *(f"- {p}" for p in problems)]
-    return DryRun("\n".join(lines), tuple(problems), len(jobs))
+    return DryRun("\n".join(lines), (*weight_problems, *problems), len(jobs))
 
 
 def _without_port(argv: tuple[str, ...]) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 class SweepEvent:
     """What just happened (`kind`, `message`) and the progress snapshot after it."""
 
-    kind: str  # planned, phase, record, unit-done, verdict, failure, race, finished
+    kind: str  # weights, planned, phase, record, unit-done, verdict, failure, race, finished
     message: str
     cells_done: int
     cells_total: int

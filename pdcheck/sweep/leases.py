@@ -16,8 +16,6 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from pdcheck.errors import GpuInventoryError
-
 CPU_TOKEN = "cpu"
 
 
@@ -78,9 +76,12 @@ class GpuLeases:
 
     @contextlib.contextmanager
     def lease(self, n: int, *, holder: str) -> Iterator[tuple[int, ...]]:
-        """Wait until `n` GPUs (or, without GPUs, the CPU token) are free; hold them for the block."""
-        if self.indices and n > len(self.indices):
-            raise GpuInventoryError(f"{holder} needs {n} GPUs but only {len(self.indices)} exist")
+        """Wait until `n` GPUs (or, without GPUs, the CPU token) are free; hold them for the block.
+
+        A holder that needs more GPUs than exist waits for all of them: its servers share them
+        (co-location, `pdcheck.serving.devices`).
+        """
+        n = min(n, len(self.indices))
         while (taken := self._try_take(n, holder)) is None:
             self._sleep(self.poll_s)
         try:

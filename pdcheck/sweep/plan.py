@@ -12,7 +12,9 @@ often shorter, so the plan starts each distinct server configuration once:
   injections) are placed next to each other so a runner can keep the prefiller up;
 - `reuse=False` gives the restart-per-unit baseline (one job per unit), for the benchmark.
 
-On GPUs, `pack` places jobs on disjoint GPU sets in waves that run at once. On CPU a wave's
+On GPUs, `pack` places jobs on disjoint GPU sets in waves that run at once; a job that needs
+more GPUs than there are runs alone on all of them, its servers sharing GPUs (co-location,
+`pdcheck.serving.devices`). On CPU a wave's
 servers start together (a baseline job and the PD jobs after it that share a prefiller), and
 each job asks at a level once the job before it is done with that level.
 """
@@ -70,6 +72,11 @@ class Job:
     @property
     def gpus_needed(self) -> int:
         return self.cell.gpus_for(*SIDE_ROLES[self.side])
+
+    @property
+    def widest_tp(self) -> int:
+        """The most GPUs one of its servers needs: each TP rank has a GPU of its own."""
+        return max(self.cell.tp(role) for role in SIDE_ROLES[self.side])
 
     @property
     def label(self) -> str:
@@ -165,8 +172,9 @@ def distinct_server_configs(
 def pack(jobs: Sequence[Job], *, gpu_indices: Sequence[int]) -> list[list[Placement]]:
     """Waves of jobs on disjoint GPU sets; the jobs of one wave may run at once.
 
-    First fit in plan order: a job joins the earliest wave that still has enough free GPUs.
-    A job that needs more GPUs than exist raises GpuInventoryError before anything starts.
+    First fit in plan order: a job joins the earliest wave that still has enough free GPUs. A
+    job that needs more GPUs than exist gets a wave and every GPU to itself, its servers sharing
+    them; one whose server's TP exceeds the GPUs raises GpuInventoryError before anything starts.
     With no GPUs (CPU) jobs get no devices, and a wave is a baseline job and the PD jobs after it
     that share a prefiller (`_cpu_waves`).
     """
@@ -174,23 +182,25 @@ def pack(jobs: Sequence[Job], *, gpu_indices: Sequence[int]) -> list[list[Placem
         return _cpu_waves(jobs)
     total = len(gpu_indices)
     for job in jobs:
-        if job.gpus_needed > total:
+        if job.widest_tp > total:
             raise GpuInventoryError(
-                f"{job.label} needs {job.gpus_needed} GPUs but only {total} are available "
-                f"({', '.join(map(str, gpu_indices))}); exclude the cell or run on a larger node"
+                f"{job.label} has a server at TP {job.widest_tp}, which needs {job.widest_tp} GPUs, "
+                f"but only {total} are available ({', '.join(map(str, gpu_indices))}); servers can "
+                "share a GPU, TP ranks cannot: exclude the cell or run on a larger node"
             )
     waves: list[list[Placement]] = []
     free: list[list[int]] = []
     for job in jobs:
+        needed = min(job.gpus_needed, total)
         for wave, available in zip(waves, free, strict=True):  # noqa: B007 (the for-else uses it)
-            if len(available) >= job.gpus_needed:
+            if len(available) >= needed:
                 break
         else:
             wave, available = [], list(gpu_indices)
             waves.append(wave)
             free.append(available)
-        taken = tuple(available[: job.gpus_needed])
-        del available[: job.gpus_needed]
+        taken = tuple(available[:needed])
+        del available[:needed]
         wave.append(Placement(job, taken))
     return waves
 

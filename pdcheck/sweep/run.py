@@ -30,7 +30,7 @@ from pdcheck.errors import ConfigError
 from pdcheck.serving.endpoints import Endpoints, attach
 from pdcheck.sweep.backends import AttachBackend, Backend
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
-from pdcheck.sweep.events import EventSink
+from pdcheck.sweep.events import EventSink, Progress
 from pdcheck.sweep.finish import RenderReport
 from pdcheck.sweep.judging import clean_tests
 from pdcheck.sweep.race import RaceRun
@@ -186,8 +186,17 @@ def run_sweep(
     backend: Backend | None = None,
     render_report: RenderReport | None = None,
 ) -> SweepResult:
-    """Run (or resume) a sweep; writes junit.xml, report.md (with `render_report`) and summary.json last."""
+    """Run (or resume) a sweep; writes junit.xml, report.md (with `render_report`) and summary.json last.
+
+    Without `backend`, pdcheck starts the servers itself, and first fetches the models they
+    load, before any server's ready timer (or run folder) exists.
+    """
     prepared = prepare(request)
+    if backend is None and request.attach is None:
+        from pdcheck.serving.weights import fetch_weights
+
+        weights = Progress(on_event)
+        fetch_weights(prepared.cells, report=lambda message: weights.emit("weights", message))
     backend = backend or make_backend(request, prepared)
     environment, provenance = run_environment(attached=request.attach is not None)
     shard = request.shard

@@ -88,9 +88,16 @@ class ServingBackend:
         return Provenance(vllm_version=env.vllm_version, vllm_commit=env.vllm_commit)
 
     def plan(
-        self, cell: Cell, *, roles: Sequence[Role], gpus: tuple[int, ...], cell_dir: Path
+        self,
+        cell: Cell,
+        *,
+        roles: Sequence[Role],
+        gpus: tuple[int, ...],
+        cell_dir: Path,
+        job_roles: Sequence[Role] | None = None,
     ) -> TopologyPlan:
-        """The servers of `roles` on the inventory's GPUs `gpus` (ignored on CPU), in that order.
+        """The servers of `roles` on the inventory's GPUs `gpus` (ignored on CPU), in that order;
+        `gpus` are those of the job's servers, `job_roles` (default `roles`).
 
         The one planning path: jobs start these plans and `--dry-run` prints them.
         """
@@ -103,6 +110,7 @@ class ServingBackend:
             ports=self.ports,
             run_dir=cell_dir,
             launcher=self.launcher,
+            job_roles=job_roles,
         )
 
     @contextlib.contextmanager
@@ -117,12 +125,13 @@ class ServingBackend:
         self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path, prefill_key: str | None = None
     ) -> Iterator[Endpoints]:
         """`prefill_key`: jobs with equal keys may share prefill servers (None: this job's own)."""
-        prefill_gpus, decode_gpus = split_pd_gpus(cell, gpus)
-        key = (prefill_key, prefill_gpus) if prefill_key else None
-        prefills = self._acquire_prefills(key, cell=cell, gpus=prefill_gpus, cell_dir=cell_dir)
+        key = (prefill_key, gpus) if prefill_key else None
+        prefills = self._acquire_prefills(key, cell=cell, gpus=gpus, cell_dir=cell_dir)
         failed = False
         try:
-            plan = self.plan(cell, roles=("decode",), gpus=decode_gpus, cell_dir=cell_dir)
+            plan = self.plan(
+                cell, roles=("decode",), gpus=gpus, cell_dir=cell_dir, job_roles=SIDE_ROLES["pd"]
+            )
             with serve_pd(
                 plan, prefills=prefills.servers, fork_servers=self.fork_servers
             ) as endpoints:
@@ -157,7 +166,9 @@ class ServingBackend:
                     ", ".join(s.process.url for s in prefills.servers),
                 )
                 return prefills
-            plan = self.plan(cell, roles=("prefill",), gpus=gpus, cell_dir=cell_dir)
+            plan = self.plan(
+                cell, roles=("prefill",), gpus=gpus, cell_dir=cell_dir, job_roles=SIDE_ROLES["pd"]
+            )
             started = self._start_prefills(plan, key)
             self._prefills.append(started)
             return started
@@ -195,7 +206,8 @@ class ServingBackend:
 
     def _start_prefills(self, plan: TopologyPlan, key: PrefillKey | None) -> _Prefills:
         stack = contextlib.ExitStack()
-        # Not waited for here: the decoders start beside them, and serve_pd waits for both.
+        # Not waited for here: the decoders start beside them (or, sharing their GPUs, once they
+        # are ready), and serve_pd waits for both.
         servers = stack.enter_context(
             serve_prefills(plan, wait=False, fork_servers=self.fork_servers)
         )
@@ -205,9 +217,3 @@ class ServingBackend:
 def _stop(prefills: Sequence[_Prefills]) -> None:
     for held in prefills:
         held.stack.close()
-
-
-def split_pd_gpus(cell: Cell, gpus: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A PD job's GPUs: the prefill servers' first, then the decoders'."""
-    count = cell.gpus_for("prefill")
-    return gpus[:count], gpus[count:]

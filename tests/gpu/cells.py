@@ -30,8 +30,6 @@ def gpu_pd_cell(decode_tp: int) -> Cell:
                         "--max-model-len",
                         "2048",
                         "--enforce-eager",
-                        "--gpu-memory-utilization",
-                        "0.2",
                     ],
                 }
             ],
@@ -43,10 +41,16 @@ def gpu_pd_cell(decode_tp: int) -> Cell:
 
 
 def gpu_shortfall(cell: Cell, inventory: GpuInventory) -> str | None:
-    """Why `cell` cannot run on `inventory` (a skip reason), or None when its servers fit."""
-    if cell.gpus_needed <= inventory.count:
+    """Why `cell` cannot run on `inventory` (a skip reason), or None when its servers fit.
+
+    Servers share GPUs when there are fewer than they need together (each with a memory share,
+    started one after another), so one GPU runs every TP 1 topology; a TP rank still needs a
+    GPU of its own.
+    """
+    widest = max(cell.prefill_tp, cell.decode_tp)
+    if widest <= inventory.count:
         return None
     return (
-        f"needs {cell.gpus_needed} GPUs (prefill TP {cell.prefill_tp}, decode TP {cell.decode_tp}, "
-        f"baseline TP {cell.decode_tp}); this machine has {inventory.count} ({inventory.source})"
+        f"needs {widest} GPUs for one server's TP ranks (prefill TP {cell.prefill_tp}, decode TP "
+        f"{cell.decode_tp}); this machine has {inventory.count} ({inventory.source})"
     )

@@ -1,11 +1,13 @@
 """Real PD on NVIDIA GPUs, through the same code path as the CPU tests: the tiny Llama as a
-no-PD baseline plus 1P1D, then 1P at TP 1 with a TP-2 decoder when 4 GPUs are there.
+no-PD baseline plus 1P1D, then 1P at TP 1 with a TP-2 decoder when 2 GPUs are there.
 
-Pins what only a GPU can show: disjoint CUDA_VISIBLE_DEVICES sets start and serve, greedy
-outputs through PD equal the baseline's at concurrency 4 (fp32 with TRITON_ATTN, see
+Pins what only a GPU can show: the servers start and serve on their CUDA_VISIBLE_DEVICES sets
+(on GPUs of their own, or sharing them with a memory share each and one start after another
+when there are fewer GPUs than servers: all three on GPU 0 of a one-GPU box), greedy outputs
+through PD equal the baseline's at concurrency 4 (fp32 with TRITON_ATTN, see
 tests/gpu/cells.py), and the decoder received KV. Skipped when no GPU is present
-(tests/conftest.py), and a case whose topology needs more GPUs than there are is skipped
-with the counts (3 at decode TP 1, 5 at decode TP 2).
+(tests/conftest.py); the decode TP 2 case is skipped with the counts on a one-GPU box, since
+each TP rank needs a GPU of its own.
 """
 
 from __future__ import annotations

@@ -5,14 +5,24 @@ from __future__ import annotations
 import re
 import textwrap
 
+import huggingface_hub
 import pytest
 
 from pdcheck.config import EvalSettings
 from pdcheck.evals import load_task
+from tests.fakes.hub import FakeHub
 from tests.fakes.openai_server import FakeOpenAIServer, echo_completion
 
 LIMIT = 16
 _LAST_QUESTION = re.compile(r"Question: ([^\n]*)\nAnswer:\s*$")
+
+
+@pytest.fixture(autouse=True)
+def unreachable_hub(monkeypatch):
+    """No sweep test asks the real Hugging Face Hub (a dry run of a hub model sizes its weights)."""
+    hub = FakeHub(reachable=False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", hub.snapshot_download)
+    return hub
 
 
 @pytest.fixture(scope="session")

@@ -74,25 +74,36 @@ def _topo(p, d):
         (8, _topo(2, 2), 8),
         (8, _topo(1, 2), 8),
         (8, _topo(2, 1), 8),
-        (1, _topo(1, 1), None),
+        (1, _topo(1, 1), 1),  # PD needs 2: alone on the one GPU, its servers sharing it
+        (2, _topo(1, 2), 2),  # PD needs 3: alone on both
     ],
 )
 def test_pack_uses_disjoint_gpus_and_never_overfills(gpus, topo, max_per_wave):
-    """In every wave the jobs' GPU sets are disjoint and within the inventory; all jobs are placed once."""
+    """In every wave the jobs' GPU sets are disjoint and within the inventory; all jobs are placed
+    once; a job that needs more GPUs than exist has a wave and every GPU to itself."""
     cells = _cells(arms=["fixes-on", "inject-zero"], **topo)
     jobs = plan_jobs(cells)
-    if max_per_wave is None:
-        with pytest.raises(GpuInventoryError, match="needs 2 GPUs but only 1"):
-            pack(jobs, gpu_indices=list(range(gpus)))
-        return
     waves = pack(jobs, gpu_indices=list(range(gpus)))
     placed = [p.job for w in waves for p in w]
     assert sorted(map(id, placed)) == sorted(map(id, jobs))
     for wave in waves:
         used = [g for p in wave for g in p.gpus]
         assert len(used) == len(set(used)) and set(used) <= set(range(gpus))
-        assert all(len(p.gpus) == p.job.gpus_needed for p in wave)
-    assert len(waves) < len(jobs), "several jobs must share a wave when GPUs allow"
+        assert all(len(p.gpus) == min(p.job.gpus_needed, gpus) for p in wave)
+        assert len(wave) == 1 or all(p.job.gpus_needed <= gpus for p in wave)
+        assert len(wave) <= max_per_wave
+    if gpus > 1:
+        assert len(waves) < len(jobs), "several jobs must share a wave when GPUs allow"
+
+
+def test_pack_refuses_a_server_wider_than_the_gpus():
+    """Servers may share a GPU, TP ranks may not: a baseline at TP 2 on one GPU is refused before
+    anything starts, naming the job and its TP."""
+    jobs = plan_jobs(_cells(decode_tp=[2]))
+    with pytest.raises(
+        GpuInventoryError, match=r"baseline a-p1x1-d1x2-.* TP 2, which needs 2 GPUs"
+    ):
+        pack(jobs, gpu_indices=[0])
 
 
 def test_pack_on_eight_gpus_runs_two_p2d2_topologies_at_once():
