@@ -96,7 +96,13 @@ def parse_sweep(
         problems = []
         seen: set[tuple[Loc, str]] = set()
         for err in exc.errors():
-            loc = _clean_loc(err["loc"])
+            # An unknown key is the user's own text, kept even when it looks like a branch name.
+            raw = err["loc"]
+            loc = (
+                _clean_loc(raw[:-1]) + raw[-1:]
+                if err["type"] == "extra_forbidden"
+                else _clean_loc(raw)
+            )
             msg = _explain(err, loc)
             if (loc, msg) in seen:
                 continue

@@ -96,3 +96,11 @@ def test_undecodable_unparsable_or_unexpandable_sweep_files_name_file_and_line(
         output
     )
     assert "Traceback" not in output
+
+
+def test_an_unknown_top_level_key_with_a_bracket_is_named(tmp_path):
+    """A garbled first line that YAML reads as a key holding '[' (found by hypothesis) is refused
+    as an unknown key named in the message, not an IndexError."""
+    data = b"([# a comment cut short: x\n" + SHIPPED["cpu-smoke.yaml"]
+    with pytest.raises(SweepFileError, match=r"\(\[# a comment cut short.*unknown key"):
+        load_sweep(_write(tmp_path, data))
