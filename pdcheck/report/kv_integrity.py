@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pdcheck.analysis.injection import injection_precision
 from pdcheck.analysis.kv_digest import DigestMismatch
 from pdcheck.report.sections import table
-from pdcheck.sweep.results import CellResult, RunResults
+from pdcheck.results.load import CellResult, RunResults
 
 __all__ = ["kv_integrity_section"]
 

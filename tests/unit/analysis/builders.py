@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
-from pdcheck.sweep.schema import from_json, to_json
+from pdcheck.results.schema import from_json, to_json
 
 T = TypeVar("T")
 

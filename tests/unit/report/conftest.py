@@ -19,12 +19,12 @@ from pdcheck.analysis.kv_digest import DigestMismatch, KvDigestSummary
 from pdcheck.analysis.verdict import Status
 from pdcheck.config import SweepSpec, expand_cells
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
+from pdcheck.results.schema import KvEvidence, RaceOutcome, SweepInfo
+from pdcheck.results.store import Provenance, create_run
 from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.finish import finish_run
 from pdcheck.sweep.judging import judge_level
 from pdcheck.sweep.plan import Unit
-from pdcheck.sweep.schema import KvEvidence, RaceOutcome, SweepInfo
-from pdcheck.sweep.store import Provenance, create_run
 from tests.unit.sweep.builders import unit_summary
 
 ENVIRONMENT = {

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from pdcheck.analysis.verdict import Status
 from pdcheck.config.load import SWEEPS_DIR
 from pdcheck.errors import ConfigError, ExitCode, InputFileError
-from pdcheck.sweep.results import check_run
+from pdcheck.results.load import check_run
+from pdcheck.results.schema import RaceOutcome
+from pdcheck.results.store import open_run
 from pdcheck.sweep.run import SweepRequest, prepare
-from pdcheck.sweep.schema import RaceOutcome
-from pdcheck.sweep.store import open_run
 from tests.unit.bad_files import BAD_FILES, fresh_dir, garbled, run_cli, truncated, wrong_typed
 
 V1_RUN = Path(__file__).parent / "data" / "v1-run"

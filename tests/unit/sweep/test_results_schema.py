@@ -12,12 +12,7 @@ import pytest
 from pdcheck.analysis.verdict import Status, Verdict
 from pdcheck.config import expand_cells, load_sweep
 from pdcheck.errors import ConfigError, ResultsFileError
-from pdcheck.serving import Endpoints
-from pdcheck.serving.argv import ServerPorts
-from pdcheck.serving.endpoints import ServerRecord, TopologyRecord
-from pdcheck.sweep.engine import Engine, SweepOptions
-from pdcheck.sweep.plan import Unit
-from pdcheck.sweep.schema import (
+from pdcheck.results.schema import (
     CellFile,
     FailureFile,
     KvFile,
@@ -32,7 +27,12 @@ from pdcheck.sweep.schema import (
     from_json,
     to_json,
 )
-from pdcheck.sweep.store import Provenance, create_run, load_run
+from pdcheck.results.store import Provenance, create_run, load_run
+from pdcheck.serving import Endpoints
+from pdcheck.serving.argv import ServerPorts
+from pdcheck.serving.endpoints import ServerRecord, TopologyRecord
+from pdcheck.sweep.engine import Engine, SweepOptions
+from pdcheck.sweep.plan import Unit
 from tests.fakes.openai_server import echo_completion
 from tests.unit.sweep.conftest import answering
 
