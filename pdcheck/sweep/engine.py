@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -27,7 +26,7 @@ from pdcheck.analysis.kv_digest import KvDigestSummary, join_digests
 from pdcheck.analysis.sequential import SequentialTest
 from pdcheck.analysis.verdict import Outcome
 from pdcheck.config import Cell, resolve_model_path
-from pdcheck.contracts.plugin_files import DIGESTS_FILE, INJECTIONS_FILE
+from pdcheck.contracts.plugin_files import DIGESTS_FILE, INJECTIONS_FILE, InjectionRecord
 from pdcheck.errors import ExitCode
 from pdcheck.evals.dataset import TaskData
 from pdcheck.evals.records import QuestionRecord, read_records
@@ -516,10 +515,10 @@ def _plugin_log_lines(folders: Iterable[str], name: str) -> list[str]:
     return lines
 
 
-def _injections(endpoints: Endpoints, run_tag: str) -> tuple[dict[str, Any], ...]:
-    """The plugin's injection-log lines of this unit (its run tag), from every decoder."""
-    return tuple(
-        json.loads(line)
+def _injections(endpoints: Endpoints, run_tag: str) -> tuple[InjectionRecord, ...]:
+    """The plugin's injection records of this unit (its run tag), from every decoder."""
+    records = (
+        msgspec.json.decode(line, type=InjectionRecord)
         for line in _plugin_log_lines(endpoints.plugin_dirs, INJECTIONS_FILE)
-        if f'"{run_tag}-q' in line
     )
+    return tuple(r for r in records if r.x_request_id.startswith(f"{run_tag}-q"))

@@ -25,6 +25,7 @@ from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.finish import finish_run
 from pdcheck.sweep.judging import judge_level
 from pdcheck.sweep.plan import Unit
+from tests.unit.analysis.builders import injection
 from tests.unit.sweep.builders import unit_summary
 
 ENVIRONMENT = {
@@ -192,7 +193,7 @@ def write_run(
                 evidence = KvEvidence(
                     decoders=evidence.decoders,
                     injections=tuple(
-                        {"x_request_id": f"{tag}-q{r.index:05d}", "kind": cell.arm.inject}
+                        injection(f"{tag}-q{r.index:05d}", kind=cell.arm.inject)
                         for b, r in zip(baseline, pd, strict=False)
                         if b.correct and not r.correct
                     ),
