@@ -125,7 +125,8 @@ def test_a_missing_field_names_the_field_and_the_line(tmp_path):
 
 
 def test_a_missing_logprob_reads_as_none_and_nan_literals_of_old_files_still_read(tmp_path):
-    """null is None, not NaN; files from before msgspec (json module: NaN and -Infinity literals) read."""
+    """null is None, not NaN; files from before msgspec (json module: NaN and -Infinity literals)
+    read, their NaN (a logprob the server did not give) as None too."""
     path = tmp_path / "r.jsonl"
     line = json.loads(LINES[0])
     line["logprobs"] = [[" 18", None, [[" 18", -0.1], [" 19", None]]]]
@@ -134,6 +135,7 @@ def test_a_missing_logprob_reads_as_none_and_nan_literals_of_old_files_still_rea
     first, second = read_records(path)
     assert first.logprobs == (TokenLogprobs(" 18", None, ((" 18", -0.1), (" 19", None))),)
     assert second.logprobs is not None and second.logprobs[0].top[1][1] == float("-inf")
+    assert second.logprobs[0].logprob is None
 
 
 def test_indices_skip_other_questions_and_a_torn_line(tmp_path):
