@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 
 from pdcheck.config import expand_cells, parse_sweep
+from pdcheck.results.schema import SweepInfo
+from pdcheck.results.store import Provenance, create_run
 from pdcheck.sweep.engine import Engine, SweepOptions
 from pdcheck.sweep.plan import distinct_server_configs
-from pdcheck.sweep.schema import SweepInfo
 from pdcheck.sweep.serving_backend import ServingBackend
-from pdcheck.sweep.store import Provenance, create_run
 
 HEAVY_LOCK = "/tmp/pdcheck-heavy.lock"
 MODELS = [

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from pdcheck.report.rows import build_rows
 from pdcheck.report.sections import overall_line, results_table
-from pdcheck.sweep.results import RunResults, load_run
-from pdcheck.sweep.summary import run_summary
+from pdcheck.results.load import RunResults, load_run
+from pdcheck.results.summary import run_summary
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"

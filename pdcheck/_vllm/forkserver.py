@@ -27,7 +27,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
-import json
 import math
 import os
 import selectors
@@ -39,8 +38,19 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from typing import TypeVar
+
+import msgspec
 
 from pdcheck._vllm.lifetime import die_with_parent
+from pdcheck.contracts.forkserver import (
+    REQUESTS,
+    Exited,
+    Forked,
+    ForkRequest,
+    Refused,
+    Reply,
+)
 
 # What `vllm.entrypoints.cli.main.main()` imports before it parses the argv. A name missing
 # from a vLLM release is skipped: main() imports what it needs after the fork, only slower.
@@ -56,25 +66,18 @@ PRELOAD_MODULES = (
     "vllm.entrypoints.serve.utils.api_utils",
 )
 _HEADER = struct.Struct("!I")
+MessageT = TypeVar("MessageT")
 _STREAMS = 3  # stdin, stdout, stderr
 _REQUEST_TIMEOUT_S = 10.0
 # How long a server gets between SIGTERM and SIGKILL when its launcher or pdcheck is gone.
 _STOP_GRACE_S = 10.0
 
 
-@dataclass(frozen=True)
-class Request:
-    """One launcher's server: what `main()` runs and where, and the group it joins."""
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
-    pgid: int
-
-
-def send_message(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+def send_message(
+    sock: socket.socket, message: ForkRequest | Reply, fds: list[int] | None = None
+) -> None:
     """A length-prefixed JSON message, with file descriptors beside its first bytes."""
-    data = json.dumps(message).encode()
+    data = msgspec.json.encode(message)
     payload = _HEADER.pack(len(data)) + data
     if fds:
         socket.send_fds(sock, [payload], fds)
@@ -82,8 +85,12 @@ def send_message(sock: socket.socket, message: dict, fds: list[int] | None = Non
         sock.sendall(payload)
 
 
-def recv_message(sock: socket.socket, *, max_fds: int = 0) -> tuple[dict | None, list[int]]:
-    """The next message and the descriptors that came with it; (None, []) at end of stream."""
+def recv_message(
+    sock: socket.socket, messages: msgspec.json.Decoder[MessageT], *, max_fds: int = 0
+) -> tuple[MessageT, list[int]] | tuple[None, list[int]]:
+    """The next message, decoded by `messages`, and the descriptors that came with it;
+    (None, []) at end of stream. Raises ValueError (msgspec's errors) for a message of another
+    shape."""
     head, fds = b"", []
     while len(head) < _HEADER.size:
         chunk, got, _flags, _addr = socket.recv_fds(sock, _HEADER.size - len(head), max_fds)
@@ -98,7 +105,7 @@ def recv_message(sock: socket.socket, *, max_fds: int = 0) -> tuple[dict | None,
         if not chunk:
             return None, fds
         body += chunk
-    return json.loads(body), fds
+    return messages.decode(body), fds
 
 
 @dataclass(frozen=True)
@@ -156,7 +163,7 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-def _run_server(request: Request, streams: list[int], env: dict[str, str]) -> None:
+def _run_server(request: ForkRequest, streams: list[int], env: dict[str, str]) -> None:
     """In the fork: become the launcher's server and never return."""
     code = 1
     try:
@@ -263,20 +270,19 @@ class ForkServer:
         # A launcher sends its request at once; one that does not must not stall the others.
         conn.settimeout(_REQUEST_TIMEOUT_S)
         try:
-            message, streams = recv_message(conn, max_fds=_STREAMS)
+            request, streams = recv_message(conn, REQUESTS, max_fds=_STREAMS)
         except (OSError, ValueError):
             conn.close()
             return
         conn.settimeout(None)
         forked = False
         try:
-            if message is None or len(streams) != _STREAMS or _peer_closed(conn):
+            if request is None or len(streams) != _STREAMS or _peer_closed(conn):
                 return  # the launcher went away while queued (stopped mid-import)
             if self.preload_error is not None:
                 with contextlib.suppress(OSError):
-                    send_message(conn, {"error": self.preload_error})
+                    send_message(conn, Refused(self.preload_error))
                 return
-            request = Request(**message)
             env = self.imported.apply(request.env)
             parent = os.getpid()
             pid = os.fork()
@@ -292,7 +298,7 @@ class ForkServer:
                 conn.close()
         child = self.children[pid] = _Child(conn, request.pgid)
         try:
-            send_message(conn, {"pid": pid})
+            send_message(conn, Forked(pid))
         except OSError:
             self._launcher_gone(child)  # it went away between its request and this answer
             return
@@ -351,7 +357,7 @@ class ForkServer:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(child.conn)
             with contextlib.suppress(OSError):
-                send_message(child.conn, {"exit": _exit_code(status)})
+                send_message(child.conn, Exited(_exit_code(status)))
             child.conn.close()
 
 

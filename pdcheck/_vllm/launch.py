@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
 def run_forked(socket_path: str, argv: list[str]) -> int:
     """Have the fork server start the server for `argv`; its exit code once it has exited."""
     from pdcheck._vllm.forkserver import recv_message, send_message
+    from pdcheck.contracts.forkserver import REPLIES, Exited, Forked, ForkRequest, Refused
 
     # The group's SIGTERM reaches the server too; until the server has exited, this process
     # must not, or its exit would read as the server's.
@@ -85,30 +86,30 @@ def run_forked(socket_path: str, argv: list[str]) -> int:
         signal.signal(sig, on_signal)
     sock = _connect(socket_path)
     env = {k: v for k, v in os.environ.items() if k != FORKSERVER_ENV}
-    request = {"argv": argv, "env": env, "cwd": os.getcwd(), "pgid": os.getpgrp()}
+    request = ForkRequest(argv=argv, env=env, cwd=os.getcwd(), pgid=os.getpgrp())
     send_message(sock, request, fds=[0, 1, 2])
     # A server's log then says why nothing happens yet: the fork server may still be importing.
     print(f"pdcheck: asked the vLLM fork server at {socket_path} for the server", file=sys.stderr)
     sys.stderr.flush()
     while True:
-        message, _ = recv_message(sock)
-        if message is None:
+        reply, _ = recv_message(sock, REPLIES)
+        if reply is None:
             print(f"pdcheck: the vLLM fork server at {socket_path} went away", file=sys.stderr)
             return 1
-        if "error" in message:
+        if isinstance(reply, Refused):
             print(
-                f"pdcheck: the vLLM fork server cannot start servers:\n{message['error']}",
+                f"pdcheck: the vLLM fork server cannot start servers:\n{reply.error}",
                 file=sys.stderr,
             )
             return 1
-        if "pid" in message:
+        if isinstance(reply, Forked):
             server_started = True
             print(
-                f"pdcheck: vLLM server forked from the fork server as pid {message['pid']}",
+                f"pdcheck: vLLM server forked from the fork server as pid {reply.pid}",
                 file=sys.stderr,
             )
-        if "exit" in message:
-            return int(message["exit"])
+        if isinstance(reply, Exited):
+            return reply.code
 
 
 def _connect(socket_path: str) -> socket.socket:

@@ -11,11 +11,11 @@ many injections were seen. A clean pipeline has recall near 1 for heavy faults; 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from pdcheck.analysis.agreement import CORRUPTION, Agreement
+from pdcheck.contracts.plugin_files import InjectionRecord
 
 __all__ = [
     "InjectionPrecision",
@@ -31,15 +31,15 @@ _EXAMPLES = 20
 
 
 def injected_indices(
-    injections: Iterable[Mapping[str, Any] | str], *, run_tag: str | None = None
+    injections: Iterable[InjectionRecord | str], *, run_tag: str | None = None
 ) -> set[int]:
-    """Question indices named by injection-log entries (dicts with `x_request_id`, or the ids).
+    """Question indices named by injection records (or their `x_request_id`s).
 
     With `run_tag`, only ids of that run (`<run_tag>-q…`) count: one log may cover several runs.
     """
     out: set[int] = set()
     for entry in injections:
-        rid = entry if isinstance(entry, str) else entry.get("x_request_id")
+        rid = entry if isinstance(entry, str) else entry.x_request_id
         if not rid:
             raise ValueError(f"injection log entry has no x_request_id: {entry!r}")
         if run_tag is not None and not rid.startswith(f"{run_tag}-q"):
@@ -67,7 +67,7 @@ class InjectionPrecision:
 
 
 def injection_precision(
-    injections: Iterable[Mapping[str, Any] | str],
+    injections: Iterable[InjectionRecord | str],
     flagged: Iterable[int],
     *,
     run_tag: str | None = None,
@@ -108,7 +108,7 @@ def flagged_questions(agreement: Agreement) -> list[int]:
 
 
 def divergence_precision(
-    injections: Iterable[Mapping[str, Any] | str],
+    injections: Iterable[InjectionRecord | str],
     agreement: Agreement,
     *,
     run_tag: str | None = None,

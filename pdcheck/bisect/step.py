@@ -19,12 +19,11 @@ from pathlib import Path
 
 from pdcheck.bisect import git as g
 from pdcheck.bisect.config import BisectConfig
+from pdcheck.contracts.vllm_names import COMPILED_OPS_ERRORS
 from pdcheck.errors import ExitCode
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
 _EXIT = {GOOD: 0, BAD: 1, SKIP: int(ExitCode.BISECT_SKIP)}
-# Import errors that mean the commit's Python expects compiled ops the installed build lacks.
-_ABI_MARKERS = ("undefined symbol", "_C.abi3", "vllm._C", "has no attribute '_C'", "torch.ops._C")
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ def _explain_infra(log_text: str) -> str | None:
     """Why a run could not judge the commit, when its output says (compiled ABI, import failure)."""
     lines = [ln for ln in log_text.strip().splitlines() if ln.strip()]
     tail = lines[-1] if lines else "(no output)"
-    if any(m in log_text for m in _ABI_MARKERS):
+    if any(m in log_text for m in COMPILED_OPS_ERRORS):
         return f"the commit's compiled ABI is too far from the installed vLLM: {tail}"
     if "Error" in log_text and ("import" in log_text or "SyntaxError" in log_text):
         return f"the commit does not import: {tail}"

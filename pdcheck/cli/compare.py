@@ -28,6 +28,7 @@ from pdcheck.analysis.sequential import sequential_result
 from pdcheck.analysis.verdict import gate_exit_code
 from pdcheck.cli._common import console, err_console
 from pdcheck.config import AnalysisPolicy
+from pdcheck.contracts.plugin_files import InjectionRecord
 from pdcheck.errors import InputFileError
 from pdcheck.evals.jsonl import read_jsonl
 from pdcheck.evals.records import read_records
@@ -129,16 +130,10 @@ def _tables(c: PairedComparison) -> list[Table]:
     return [sides, paired, agree]
 
 
-class _InjectionLine(msgspec.Struct):
-    """What compare reads of an injections.jsonl line (`pdcheck.vllm_plugin.marker.InjectionRecord`)."""
-
-    x_request_id: str
-
-
 def _injected_ids(path: str, *, run_tag: str | None) -> list[str]:
     """The X-Request-Ids of the injection log, each checked to name a question, or InputFileError."""
     ids = []
-    for number, entry in read_jsonl(path, _InjectionLine, what="an injection record"):
+    for number, entry in read_jsonl(path, InjectionRecord, what="an injection record"):
         try:
             injected_indices([entry.x_request_id], run_tag=run_tag)
         except ValueError as exc:

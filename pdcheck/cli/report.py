@@ -13,7 +13,7 @@ FORMATS = ("md", "json", "junit")
 
 
 def _load(path: Path):
-    from pdcheck.sweep.results import load_run
+    from pdcheck.results.load import load_run
 
     try:
         return load_run(path)
@@ -58,7 +58,7 @@ def report(
     2 infra errors only, 3 when RESULTS_DIR is not a results folder.
     """
     from pdcheck.report import render_json, render_junit, render_markdown
-    from pdcheck.sweep.summary import run_summary
+    from pdcheck.results.summary import run_summary
 
     run = _load(results_dir)
     against = _load(against_dir) if against_dir is not None else None

@@ -15,7 +15,7 @@ from pdcheck.cli.validate import list_option, shipped_sweeps_table
 from pdcheck.errors import ConfigError, ExitCode
 
 if TYPE_CHECKING:
-    from pdcheck.sweep.results import RunResults
+    from pdcheck.results.load import RunResults
 
 EXIT_CODES_HELP = """
 \b
@@ -27,15 +27,6 @@ Exit codes:
   3  bad sweep file or options; nothing was started
 When both 1 and 2 apply, the exit code is 1.
 """
-
-
-def _render_report():
-    """The report layer's renderer, if it has one (looked up late: report sits above sweep)."""
-    try:
-        from pdcheck.report import render_markdown
-    except ImportError:
-        return None
-    return render_markdown
 
 
 @click.command(
@@ -171,8 +162,8 @@ def sweep(
         console.print(planned.text, markup=False, highlight=False, soft_wrap=True)
         raise click.exceptions.Exit(int(ExitCode.CONFIG if planned.problems else ExitCode.OK))
     with LiveDisplay() as display:
-        result = run_sweep(request, on_event=display.update, render_report=_render_report())
-    from pdcheck.sweep.results import load_run
+        result = run_sweep(request, on_event=display.update)
+    from pdcheck.results.load import load_run
 
     print_summary(load_run(result.root))
     raise click.exceptions.Exit(int(result.exit_code))
@@ -191,9 +182,7 @@ def sweep(
 def merge(dirs, out) -> None:
     from pdcheck.sweep.merge import merge_runs
 
-    raise click.exceptions.Exit(
-        print_summary(merge_runs(list(dirs), out, render_report=_render_report()))
-    )
+    raise click.exceptions.Exit(print_summary(merge_runs(list(dirs), out)))
 
 
 class LiveDisplay:
@@ -243,7 +232,7 @@ class LiveDisplay:
 def print_summary(run: RunResults) -> int:
     """One line per cell and concurrency, then where the results are; returns the run's exit code."""
     from pdcheck.report.terminal import render_summary
-    from pdcheck.sweep.summary import run_summary
+    from pdcheck.results.summary import run_summary
 
     summary = run_summary(run)
     console.print(render_summary(run))

@@ -29,6 +29,9 @@ from pdcheck.errors import ConfigError
 # The servers of a cell: the PD side's prefill and decode servers, and the no-PD baseline.
 Role = Literal["prefill", "decode", "baseline"]
 ROLES: tuple[Role, ...] = ("prefill", "decode", "baseline")
+# The two sides of a comparison: the no-PD baseline server, and the PD topology.
+Side = Literal["baseline", "pd"]
+SIDES: tuple[Side, ...] = ("baseline", "pd")
 # The servers each side of the comparison starts.
 SIDE_ROLES: dict[str, tuple[Role, ...]] = {"baseline": ("baseline",), "pd": ("prefill", "decode")}
 

@@ -64,6 +64,10 @@ def read_jsonl(
             yield number, value
 
 
+def _nan_as_none(constant: str) -> float | None:
+    return None if constant == "NaN" else float(constant)
+
+
 def _decode_line(line: bytes, decode: Callable[[bytes], T], kind: type[T]) -> T:
     try:
         return decode(line)
@@ -71,9 +75,10 @@ def _decode_line(line: bytes, decode: Callable[[bytes], T], kind: type[T]) -> T:
         raise
     except msgspec.DecodeError as exc:
         # Files written before msgspec came in (json module) hold NaN and Infinity literals,
-        # which msgspec refuses and the json module reads.
+        # which msgspec refuses and the json module reads. Their NaN stood for a value the
+        # server did not give, which today's files hold as null: it reads as None too.
         try:
-            loaded: Any = json.loads(line)
+            loaded: Any = json.loads(line, parse_constant=_nan_as_none)
         except (ValueError, RecursionError):
             raise exc from None
         return msgspec.convert(loaded, kind)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pdcheck.analysis.agreement import CORRUPTION, TIE, UNCLASSIFIED
 from pdcheck.evals.records import QuestionRecord, read_records
-from pdcheck.sweep.results import CellResult, RunResults
+from pdcheck.results.load import CellResult, RunResults
 
 __all__ = ["DivergentQuestion", "LogTail", "diverging_questions", "log_tails", "rerun_command"]
 

@@ -1,6 +1,6 @@
 """JSON and JUnit renderings of a run, carrying the same verdicts as the markdown report.
 
-All three read their verdicts through `pdcheck.sweep.summary.cell_outcomes` (the JUnit writer
+All three read their verdicts through `pdcheck.results.summary.cell_outcomes` (the JUnit writer
 is the sweep's own), so a cell cannot pass in one format and fail in another.
 """
 
@@ -12,10 +12,10 @@ from typing import Any
 import msgspec
 
 from pdcheck.report.against import compare_rows
+from pdcheck.report.junit import render_junit
 from pdcheck.report.rows import build_rows
-from pdcheck.sweep.junit import render_junit
-from pdcheck.sweep.results import RunResults
-from pdcheck.sweep.summary import run_summary
+from pdcheck.results.load import RunResults
+from pdcheck.results.summary import run_summary
 
 __all__ = ["REPORT_JSON_SCHEMA_VERSION", "render_json", "render_junit", "report_dict"]
 

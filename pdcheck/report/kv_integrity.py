@@ -13,8 +13,9 @@ from collections.abc import Sequence
 
 from pdcheck.analysis.injection import injection_precision
 from pdcheck.analysis.kv_digest import DigestMismatch
+from pdcheck.contracts.plugin_files import InjectionRecord
 from pdcheck.report.sections import table
-from pdcheck.sweep.results import CellResult, RunResults
+from pdcheck.results.load import CellResult, RunResults
 
 __all__ = ["kv_integrity_section"]
 
@@ -90,7 +91,7 @@ def _has_digests(cell: CellResult) -> bool:
     return any(kv.kv_digest is not None for kv in cell.kv.values())
 
 
-def _score(injections: Sequence[dict], questions: Sequence[int]) -> str:
+def _score(injections: Sequence[InjectionRecord], questions: Sequence[int]) -> str:
     score = injection_precision(injections, questions)
     p, r = score.precision, score.recall
     return (

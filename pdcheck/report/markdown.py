@@ -32,8 +32,8 @@ from pdcheck.report.sections import (
     results_table,
     tuning_lines,
 )
-from pdcheck.sweep.results import RunResults
-from pdcheck.sweep.summary import run_summary
+from pdcheck.results.load import RunResults
+from pdcheck.results.summary import run_summary
 
 __all__ = ["GITHUB_COMMENT_MAX_CHARS", "REPORT_MARKER", "render_markdown"]
 

@@ -2,7 +2,7 @@
 
 All three come from the store: the harness's JSON (`race/summary.json`, with `pdcheck race
 --json` under `result`), the attribution the sweep derives from the stored verdicts
-(`pdcheck.sweep.summary.attribution`, rules in docs/analysis.md), and the injection precision
+(`pdcheck.results.summary.attribution`, rules in docs/analysis.md), and the injection precision
 stored with each injected arm's verdict.
 """
 
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pdcheck.analysis.attribution import Attribution
 from pdcheck.analysis.injection import InjectionPrecision
 from pdcheck.report.sections import table
-from pdcheck.sweep.results import RunResults
-from pdcheck.sweep.schema import RaceOutcome
-from pdcheck.sweep.summary import run_summary
+from pdcheck.results.load import RunResults
+from pdcheck.results.schema import RaceOutcome
+from pdcheck.results.summary import run_summary
 
 __all__ = ["InjectionResult", "attributions", "injection_results", "race_sections"]
 

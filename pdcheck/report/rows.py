@@ -1,6 +1,6 @@
 """The report's rows: one per cell and concurrency, read from the results store only.
 
-Verdicts and statuses come from `pdcheck.sweep.summary.cell_outcomes`, the function that
+Verdicts and statuses come from `pdcheck.results.summary.cell_outcomes`, the function that
 also feeds `summary.json` and `junit.xml`, so the markdown, JSON and JUnit renderings cannot
 disagree about a verdict. The numbers come from the stored comparison and unit summaries, and
 the interval's level from the stored design that computed it.
@@ -17,11 +17,10 @@ from typing import Any
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.power import tolerated_discordance
 from pdcheck.analysis.verdict import Status, Verdict
-from pdcheck.sweep.judging import kv_tokens
-from pdcheck.sweep.plan import Side
-from pdcheck.sweep.results import CellResult, RunResults
-from pdcheck.sweep.schema import VerdictFile
-from pdcheck.sweep.summary import cell_outcomes
+from pdcheck.config.cells import Side
+from pdcheck.results.load import CellResult, RunResults, kv_tokens
+from pdcheck.results.schema import VerdictFile
+from pdcheck.results.summary import cell_outcomes
 
 __all__ = ["ResultRow", "build_rows", "interval_confidence", "short_reason"]
 

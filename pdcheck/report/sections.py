@@ -15,7 +15,7 @@ from pdcheck.analysis.verdict import Status
 from pdcheck.contracts import environment as contract_env
 from pdcheck.report.details import DivergentQuestion, LogTail
 from pdcheck.report.rows import ResultRow
-from pdcheck.sweep.schema import RunSummary
+from pdcheck.results.schema import RunSummary
 
 __all__ = [
     "COMPACT_COLUMNS",

@@ -16,7 +16,7 @@ from rich.text import Text
 from pdcheck.analysis.verdict import Status
 from pdcheck.report.rows import ResultRow, build_rows
 from pdcheck.report.sections import count_text, delta_column, delta_text, interval_levels
-from pdcheck.sweep.results import RunResults
+from pdcheck.results.load import RunResults
 
 __all__ = ["render_summary"]
 

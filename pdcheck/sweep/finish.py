@@ -7,17 +7,14 @@ it, or a pytest session filled it cell by cell.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
+from pdcheck.report import render_junit, render_markdown
+from pdcheck.results.store import RunResults, RunStore, load_run
+from pdcheck.results.summary import summarize
 from pdcheck.sweep.judging import apply_family
-from pdcheck.sweep.junit import render_junit
-from pdcheck.sweep.store import RunResults, RunStore, load_run
-from pdcheck.sweep.summary import summarize
-
-RenderReport = Callable[[RunResults], str]
 
 
-def finish_run(store: RunStore, *, render_report: RenderReport | None = None) -> RunResults:
+def finish_run(store: RunStore) -> RunResults:
     """Summarize the folder once (attribution included), render junit and the report from that,
     stamp run.json finished and write summary.json, last: its presence means finished.
 
@@ -31,7 +28,6 @@ def finish_run(store: RunStore, *, render_report: RenderReport | None = None) ->
     summary = summarize(results)
     results = dataclasses.replace(results, summary=summary)
     store.write_junit(render_junit(results))
-    if render_report is not None:
-        store.write_report(render_report(results))
+    store.write_report(render_markdown(results))
     store.finish(summary)
     return load_run(store.root)

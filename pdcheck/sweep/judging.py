@@ -13,7 +13,7 @@ family of the planned F, and re-judges the levels whose call it changes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from pdcheck.analysis.design import Design
@@ -33,10 +33,10 @@ from pdcheck.analysis.verdict import (
 from pdcheck.config import Cell, level_expectation
 from pdcheck.evals.dataset import SYNTH_N_TEST
 from pdcheck.evals.records import QuestionRecord
+from pdcheck.results.load import CellResult, kv_tokens
+from pdcheck.results.schema import KvEvidence
+from pdcheck.results.store import CellStore, RunStore, load_cell, load_run
 from pdcheck.sweep.plan import SIDES, Unit
-from pdcheck.sweep.results import CellResult
-from pdcheck.sweep.schema import KvEvidence
-from pdcheck.sweep.store import CellStore, RunStore, load_cell, load_run
 
 
 def level_ready(cell: Cell, cs: CellStore, concurrency: int) -> bool:
@@ -393,17 +393,6 @@ def judge_expected(cell: Cell, concurrency: int, verdict: Verdict, reason: str) 
         canary=expected.flag,
         allow_inconclusive=cell.analysis.allow_inconclusive,
     )
-
-
-def kv_tokens(kv: Mapping[tuple[int, int], KvEvidence], concurrency: int) -> int | None:
-    """KV tokens the decoders received over the level's PD units; None when no metrics were scraped."""
-    total = None
-    for (c, _r), evidence in kv.items():
-        if c != concurrency:
-            continue
-        for delta in evidence.decoders:
-            total = (total or 0) + int(delta.external_kv_tokens)
-    return total
 
 
 def _record(

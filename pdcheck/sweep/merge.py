@@ -14,15 +14,13 @@ from pathlib import Path
 import msgspec
 
 from pdcheck.errors import ConfigError
-from pdcheck.sweep.finish import RenderReport, finish_run
-from pdcheck.sweep.results import check_run, read_run_file
-from pdcheck.sweep.schema import RunFile
-from pdcheck.sweep.store import RunResults, create_run
+from pdcheck.results.load import check_run, read_run_file
+from pdcheck.results.schema import RunFile
+from pdcheck.results.store import RunResults, create_run
+from pdcheck.sweep.finish import finish_run
 
 
-def merge_runs(
-    sources: Sequence[Path], out: Path, *, render_report: RenderReport | None = None
-) -> RunResults:
+def merge_runs(sources: Sequence[Path], out: Path) -> RunResults:
     """Copy every shard's cells (and the race summary) into `out`, then write junit, report and summary."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(
@@ -63,4 +61,4 @@ def merge_runs(
         merged_from=[str(s) for s in sources],
         shards=[r.shard for r in runs],
     )
-    return finish_run(store, render_report=render_report)
+    return finish_run(store)

@@ -25,15 +25,11 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from pdcheck.config import Cell
-from pdcheck.config.cells import SIDE_ROLES
+from pdcheck.config.cells import SIDE_ROLES, SIDES, Side
 from pdcheck.errors import GpuInventoryError
 
-# The two sides of a comparison: the no-PD baseline server, and the PD topology.
-Side = Literal["baseline", "pd"]
-SIDES: tuple[Side, ...] = ("baseline", "pd")
 # PD jobs in one CPU wave at most (`_cpu_waves`).
 _CPU_PD_JOBS_PER_WAVE = 2
 # Cell fields that never change a server: they act on the client or the analysis.

@@ -17,7 +17,7 @@ from typing import Any
 
 from pdcheck.analysis.verdict import Status
 from pdcheck.config.schema import RaceSettings
-from pdcheck.sweep.schema import RaceOutcome
+from pdcheck.results.schema import RaceOutcome
 
 _STATUS = {0: Status.PASS, 1: Status.FAIL}
 # How much nicer than the sweep the harness runs beside its servers: a CPU weight about a tenth.

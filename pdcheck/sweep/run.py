@@ -27,16 +27,15 @@ from pdcheck.config import (
 )
 from pdcheck.config.schema import RaceSettings
 from pdcheck.errors import ConfigError
+from pdcheck.results.load import check_run, read_run_file
+from pdcheck.results.schema import Selection, SweepInfo
+from pdcheck.results.store import Provenance, RunStore, create_run
 from pdcheck.serving.endpoints import Endpoints, attach
 from pdcheck.sweep.backends import AttachBackend, Backend
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
 from pdcheck.sweep.events import EventSink, Progress
-from pdcheck.sweep.finish import RenderReport
 from pdcheck.sweep.judging import clean_tests
 from pdcheck.sweep.race import RaceRun
-from pdcheck.sweep.results import check_run, read_run_file
-from pdcheck.sweep.schema import Selection, SweepInfo
-from pdcheck.sweep.store import Provenance, RunStore, create_run
 
 logger = logging.getLogger(__name__)
 
@@ -184,9 +183,8 @@ def run_sweep(
     *,
     on_event: EventSink | None = None,
     backend: Backend | None = None,
-    render_report: RenderReport | None = None,
 ) -> SweepResult:
-    """Run (or resume) a sweep; writes junit.xml, report.md (with `render_report`) and summary.json last.
+    """Run (or resume) a sweep; writes junit.xml, report.md and summary.json last.
 
     Without `backend`, pdcheck starts the servers itself, and first fetches the models they
     load, before any server's ready timer (or run folder) exists.
@@ -226,7 +224,6 @@ def run_sweep(
     with harness or contextlib.nullcontext():
         return engine.run(
             before_finish=functools.partial(_race, harness, store, engine) if harness else None,
-            render_report=render_report,
         )
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pdcheck.config import Cell
 from pdcheck.config.cells import SIDE_ROLES, Role
+from pdcheck.results.store import Provenance
 from pdcheck.serving import (
     Endpoints,
     RunningServer,
@@ -37,7 +38,6 @@ from pdcheck.serving.forkserver import ForkServers
 from pdcheck.serving.gpus import GpuInventory, read_inventory
 from pdcheck.serving.plan import resolve_platform
 from pdcheck.serving.ports import PortAllocator, default_allocator
-from pdcheck.sweep.store import Provenance
 
 log = logging.getLogger(__name__)
 

@@ -32,14 +32,16 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import msgspec
 
 from pdcheck.contracts.plugin_files import (
     ACTIVATION_GLOB,
     INJECTIONS_FILE,
     KV_LOAD_HOOK_WITH_KV_CACHES,
     SCHEDULER_BUILT,
+    InjectionRecord,
     activation_marker_name,
 )
 
@@ -140,26 +142,6 @@ def _write(path: Path, marker: dict) -> None:
     os.replace(tmp, path)
 
 
-@dataclass(frozen=True)
-class InjectionRecord:
-    """One injected request on one worker (TP rank): which request, which fault, which blocks."""
-
-    x_request_id: str  # the client's X-Request-Id; analysis maps `-q(\d+)$` to the question index
-    request_id: str  # vLLM's internal request id on the worker
-    kind: str
-    fraction: float
-    seed: int
-    blocks: list[
-        list[int]
-    ]  # per transfer group, the block ids overwritten (empty: group untouched)
-    pid: int
-    tp_rank: int
-    t: float
-
-    def to_dict(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
-
-
 class InjectionLog:
     """Appends :class:`InjectionRecord` lines to `<plugin_dir>/injections.jsonl`."""
 
@@ -168,7 +150,7 @@ class InjectionLog:
         self.path = plugin_dir / INJECTIONS_FILE
 
     def append(self, record: InjectionRecord) -> None:
-        append_jsonl(self.path, record.to_dict())
+        append_jsonl(self.path, msgspec.to_builtins(record))
 
 
 def append_jsonl(path: Path, payload: dict) -> None:

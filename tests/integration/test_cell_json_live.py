@@ -11,12 +11,12 @@ import pytest
 
 from pdcheck.config import expand_cells
 from pdcheck.config.schema import SweepSpec
+from pdcheck.results.schema import SweepInfo
+from pdcheck.results.store import Provenance, create_run
 from pdcheck.serving import TopologyRecord
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.sweep.engine import Engine
-from pdcheck.sweep.schema import SweepInfo
 from pdcheck.sweep.serving_backend import ServingBackend
-from pdcheck.sweep.store import Provenance, create_run
 from tests.integration.conftest import MODELS, READY_TIMEOUT_S, SERVE_ARGS
 from tests.slow.test_started_servers import LiveCheck
 

@@ -19,6 +19,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from pdcheck.analysis.injection import injection_precision
@@ -26,7 +27,7 @@ from pdcheck.analysis.kv_digest import join_digests
 from pdcheck.config import expand_cells
 from pdcheck.config.paths import fixture_models_dir
 from pdcheck.config.schema import SweepSpec
-from pdcheck.contracts.plugin_files import DIGESTS_FILE
+from pdcheck.contracts.plugin_files import DIGESTS_FILE, InjectionRecord
 from pdcheck.serving import plan_topology, serve_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
@@ -145,14 +146,14 @@ def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
         "the seed must select some questions and spare some"
     )
     lines = [
-        json.loads(line)
+        msgspec.json.decode(line, type=InjectionRecord)
         for line in (plan.decodes[0].plugin_dir / "injections.jsonl").read_text().splitlines()
     ]
     for c in (1, 4):
         injected = {
-            int(re.search(r"-q(\d+)$", r["x_request_id"]).group(1))
+            int(re.search(r"-q(\d+)$", r.x_request_id).group(1))
             for r in lines
-            if r["x_request_id"].startswith(f"pd-c{c}-")
+            if r.x_request_id.startswith(f"pd-c{c}-")
         }
         diverged = {i for i in range(N_QUESTIONS) if pd[c][i] != baseline[i]}
         assert injected == selected, (
@@ -161,7 +162,7 @@ def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
         assert diverged == selected, (
             f"c{c}: diverged {sorted(diverged)} != injected {sorted(selected)}"
         )
-    assert all(r["kind"] == "zero-loaded-kv" and r["blocks"][0] for r in lines)
+    assert all(r.kind == "zero-loaded-kv" and r.blocks[0] for r in lines)
 
     # KV digests (serving.kv_digest) flag exactly the injected questions, block by block.
     digests = [

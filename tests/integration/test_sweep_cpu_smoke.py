@@ -30,7 +30,7 @@ from pdcheck.config.load import SWEEPS_DIR
 from pdcheck.config.paths import fixture_models_dir
 from pdcheck.fixtures.accuracy import recorded_serve_args
 from pdcheck.fixtures.manifest import FIXTURES_DIR
-from pdcheck.sweep import load_run
+from pdcheck.results import load_run
 
 # 40 questions: one question is 2.5 points; allow a few flips from a different CPU's rounding.
 ACCURACY_MARGIN = 0.08

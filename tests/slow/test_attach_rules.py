@@ -9,8 +9,8 @@ import pytest
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.cli import main
 from pdcheck.errors import ConfigError
+from pdcheck.results import load_run
 from pdcheck.serving import Endpoints
-from pdcheck.sweep import load_run
 from pdcheck.sweep.run import SweepRequest, run_sweep
 from tests.slow.test_pytest_plugin import _pytest
 

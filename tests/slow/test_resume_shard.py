@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 
 from pdcheck.cli import main
-from pdcheck.sweep import load_run
+from pdcheck.results import load_run
 from tests.fakes.openai_server import FakeOpenAIServer, wait_until
 from tests.unit.sweep.conftest import LIMIT, answering
 

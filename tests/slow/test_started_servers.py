@@ -16,13 +16,13 @@ import msgspec
 import pytest
 
 from pdcheck.config.cells import SIDE_ROLES
+from pdcheck.results.schema import SweepInfo
+from pdcheck.results.store import Provenance, create_run
 from pdcheck.serving import TopologyRecord
 from pdcheck.serving.gpus import Gpu, GpuInventory
 from pdcheck.serving.ports import PortAllocator
 from pdcheck.sweep.engine import Engine
-from pdcheck.sweep.schema import SweepInfo
 from pdcheck.sweep.serving_backend import ServingBackend
-from pdcheck.sweep.store import Provenance, create_run
 from tests.fakes.stub_topology import STUB, recorded_pids, wait_gone
 from tests.unit.serving.conftest import make_cell
 

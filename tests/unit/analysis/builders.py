@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
+import msgspec
+
+from pdcheck.contracts.plugin_files import InjectionRecord
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
-from pdcheck.sweep.schema import from_json, to_json
+from pdcheck.results.schema import from_json, to_json
 
 T = TypeVar("T")
 
@@ -14,6 +17,26 @@ T = TypeVar("T")
 def json_round_trip(value: T) -> T:
     """`value` written and read back as the results store does."""
     return from_json(to_json(value), type(value))
+
+
+def injection(x_request_id: str, *, kind: str = "zero-loaded-kv") -> InjectionRecord:
+    """One injected request, as the plugin logs it."""
+    return InjectionRecord(
+        x_request_id=x_request_id,
+        request_id="cmpl-1-0-aaaaaaaa",
+        kind=kind,
+        fraction=1.0,
+        seed=0,
+        blocks=[[1]],
+        pid=1,
+        tp_rank=0,
+        t=0.0,
+    )
+
+
+def injection_line(x_request_id: str) -> bytes:
+    """`injection(x_request_id)` as a line of the plugin's injections.jsonl."""
+    return msgspec.json.encode(injection(x_request_id)) + b"\n"
 
 
 def record(

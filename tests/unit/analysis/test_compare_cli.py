@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from pdcheck.cli import cli, main
-from tests.unit.analysis.builders import paired_sides, record, side
+from tests.unit.analysis.builders import injection_line, paired_sides, record, side
 
 
 def _write(path, records):
@@ -81,9 +81,7 @@ def test_injection_precision_from_the_plugin_log(tmp_path):
         [record(i, correct=True, token_ids=(9, 9) if i < 5 else (1, 2, 3)) for i in range(50)],
     )
     log = tmp_path / "injections.jsonl"
-    log.write_text(
-        "".join(json.dumps({"x_request_id": f"pd-c1-r0-q{i:05d}"}) + "\n" for i in range(4))
-    )
+    log.write_bytes(b"".join(injection_line(f"pd-c1-r0-q{i:05d}") for i in range(4)))
     result = CliRunner().invoke(cli, ["compare", b, p, "--injections", str(log), "--json"])
     got = json.loads(result.stdout)["injection_precision"]
     assert got["n_true_positive"] == 4 and got["n_flagged"] == 5 and got["recall"] == 1.0

@@ -6,15 +6,12 @@ import pytest
 
 from pdcheck.analysis import injection_precision
 from pdcheck.analysis.injection import injected_indices
+from tests.unit.analysis.builders import injection
 
 
 def test_request_ids_map_to_question_indices():
     """`pd-c8-r0-q00042` is question 42; other runs' ids are left out when a run tag is given."""
-    log = [
-        {"x_request_id": "pd-c8-r0-q00042"},
-        {"x_request_id": "pd-c8-r0-q00007"},
-        {"x_request_id": "pd-c1-r0-q00001"},
-    ]
+    log = [injection("pd-c8-r0-q00042"), "pd-c8-r0-q00007", injection("pd-c1-r0-q00001")]
     assert injected_indices(log) == {42, 7, 1}
     assert injected_indices(log, run_tag="pd-c8-r0") == {42, 7}
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from dataclasses import replace
 
 import pytest
@@ -85,33 +82,6 @@ def test_limit_and_offset_select_indices(small_task):
     assert small_task.indices(limit=100, offset=4) == range(4, 6)
     with pytest.raises(DatasetError, match="past the end"):
         small_task.indices(limit=None, offset=6)
-
-
-def test_offline_without_cache_fails_fast_with_how_to(tmp_path):
-    """No folder, HF_HUB_OFFLINE=1 and an empty hub cache: DatasetError at once, not a hang."""
-    code = (
-        "from pdcheck.config import EvalSettings\n"
-        "from pdcheck.evals.dataset import load_task\n"
-        "from pdcheck.errors import DatasetError\n"
-        "try:\n"
-        "    load_task(EvalSettings())\n"
-        "except DatasetError as exc:\n"
-        "    print('DatasetError:', exc)\n"
-    )
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-    }
-    start = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert time.monotonic() - start < 60
-    assert out.stdout.startswith("DatasetError:"), out.stderr[-2000:]
-    assert "PDCHECK_GSM8K_DIR" in out.stdout and "--dataset" in out.stdout
 
 
 def test_synth_task_loads_from_the_generator():

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from pdcheck.errors import ExitCode, InputFileError
 from pdcheck.evals.records import QuestionRecord, RecordWriter, TokenLogprobs, read_records
+from tests.unit.analysis.builders import injection_line
 from tests.unit.bad_files import BAD_FILES, fresh_dir, garbled, run_cli, truncated, wrong_typed
 
 
@@ -124,7 +125,8 @@ def test_a_missing_field_names_the_field_and_the_line(tmp_path):
 
 
 def test_a_missing_logprob_reads_as_none_and_nan_literals_of_old_files_still_read(tmp_path):
-    """null is None, not NaN; files from before msgspec (json module: NaN and -Infinity literals) read."""
+    """null is None, not NaN; files from before msgspec (json module: NaN and -Infinity literals)
+    read, their NaN (a logprob the server did not give) as None too."""
     path = tmp_path / "r.jsonl"
     line = json.loads(LINES[0])
     line["logprobs"] = [[" 18", None, [[" 18", -0.1], [" 19", None]]]]
@@ -133,6 +135,7 @@ def test_a_missing_logprob_reads_as_none_and_nan_literals_of_old_files_still_rea
     first, second = read_records(path)
     assert first.logprobs == (TokenLogprobs(" 18", None, ((" 18", -0.1), (" 19", None))),)
     assert second.logprobs is not None and second.logprobs[0].top[1][1] == float("-inf")
+    assert second.logprobs[0].logprob is None
 
 
 def test_indices_skip_other_questions_and_a_torn_line(tmp_path):
@@ -191,13 +194,13 @@ def test_compare_on_a_line_that_is_not_json_exits_3(tmp_path):
     [
         (b"not json\n", "not a JSON line"),
         (b'{"request_id": "r"}\n', "missing required field `x_request_id`"),
-        (b'{"x_request_id": "no-index"}\n', "does not end in -q<index>"),
+        (injection_line("no-index"), "does not end in -q<index>"),
     ],
 )
 def test_a_malformed_injection_log_exits_3_naming_its_line(tmp_path, line, problem):
     """`compare --injections` reads the plugin's log line by line, typed, like the records."""
     baseline, pd = _compare_files(tmp_path, _PD_FILE)
     log = tmp_path / "injections.jsonl"
-    log.write_bytes(b'{"x_request_id": "run-q00001"}\n' + line)
+    log.write_bytes(injection_line("run-q00001") + line)
     code, output = run_cli("compare", str(baseline), str(pd), "--injections", str(log))
     assert code == ExitCode.CONFIG and f"{log}:2: " in output and problem in output, output

@@ -19,12 +19,13 @@ from pdcheck.analysis.kv_digest import DigestMismatch, KvDigestSummary
 from pdcheck.analysis.verdict import Status
 from pdcheck.config import SweepSpec, expand_cells
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
+from pdcheck.results.schema import KvEvidence, RaceOutcome, SweepInfo
+from pdcheck.results.store import Provenance, create_run
 from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.finish import finish_run
 from pdcheck.sweep.judging import judge_level
 from pdcheck.sweep.plan import Unit
-from pdcheck.sweep.schema import KvEvidence, RaceOutcome, SweepInfo
-from pdcheck.sweep.store import Provenance, create_run
+from tests.unit.analysis.builders import injection
 from tests.unit.sweep.builders import unit_summary
 
 ENVIRONMENT = {
@@ -192,7 +193,7 @@ def write_run(
                 evidence = KvEvidence(
                     decoders=evidence.decoders,
                     injections=tuple(
-                        {"x_request_id": f"{tag}-q{r.index:05d}", "kind": cell.arm.inject}
+                        injection(f"{tag}-q{r.index:05d}", kind=cell.arm.inject)
                         for b, r in zip(baseline, pd, strict=False)
                         if b.correct and not r.correct
                     ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pdcheck.report import render_markdown
 from pdcheck.report.against import compare_rows
 from pdcheck.report.rows import ResultRow
-from pdcheck.sweep.store import load_run
+from pdcheck.results.store import load_run
 
 from .conftest import CellPlan
 from .mdparse import tables

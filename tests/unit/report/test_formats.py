@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from pdcheck.cli import main
 from pdcheck.cli.report import report
 from pdcheck.report import render_json, render_junit, render_markdown
-from pdcheck.sweep.store import load_run
+from pdcheck.results.store import load_run
 
 from .conftest import CellPlan
 from .mdparse import tables

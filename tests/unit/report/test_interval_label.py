@@ -14,7 +14,7 @@ from pdcheck.report import render_markdown
 from pdcheck.report.rows import ResultRow, build_rows
 from pdcheck.report.sections import results_table
 from pdcheck.report.terminal import render_summary
-from pdcheck.sweep.results import load_run
+from pdcheck.results.load import load_run
 
 from .conftest import CellPlan
 from .mdparse import tables

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pdcheck.report.kv_integrity import kv_integrity_section
 from pdcheck.report.markdown import render_markdown
-from pdcheck.sweep.results import load_run
+from pdcheck.results.load import load_run
 from tests.unit.report.conftest import CellPlan
 
 

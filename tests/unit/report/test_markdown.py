@@ -6,7 +6,7 @@ import re
 
 from pdcheck.report import REPORT_MARKER, render_markdown
 from pdcheck.report.sections import cell_text
-from pdcheck.sweep.store import Provenance, RunStore, load_run
+from pdcheck.results.store import Provenance, RunStore, load_run
 
 from .conftest import SWEEP_FILE, CellPlan
 from .mdparse import fences, headings, parse_xychart, tables

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pdcheck.report import render_markdown
 from pdcheck.report.race import attributions, injection_results
-from pdcheck.sweep.store import load_run
+from pdcheck.results.store import load_run
 
 from .conftest import RACE_FINDINGS, CellPlan
 from .mdparse import tables

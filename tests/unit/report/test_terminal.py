@@ -12,8 +12,8 @@ import pdcheck.cli.sweep as sweep_cli
 from pdcheck.analysis.verdict import Status, Verdict
 from pdcheck.cli import main
 from pdcheck.report.rows import build_rows, short_reason
+from pdcheck.results.load import load_run
 from pdcheck.sweep.events import SweepEvent
-from pdcheck.sweep.results import load_run
 
 from .conftest import CellPlan, write_run
 

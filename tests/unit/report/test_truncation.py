@@ -7,7 +7,7 @@ import re
 import pytest
 
 from pdcheck.report import GITHUB_COMMENT_MAX_CHARS, render_markdown
-from pdcheck.sweep.store import load_run
+from pdcheck.results.store import load_run
 
 from .conftest import RACE_FINDINGS, CellPlan
 from .mdparse import tables

@@ -78,27 +78,3 @@ def test_tp_beyond_side_channel_block_is_refused():
     """A TP larger than the side-channel block would overlap the next slot: refused."""
     with pytest.raises(ValueError, match="outside"):
         PortAllocator(bucket=0).server_ports(tp=SIDE_CHANNEL_STRIDE + 1)
-
-
-def test_a_slot_claimed_by_another_process_is_skipped(tmp_path):
-    """Two processes with the same bucket never get the same slot, even before any server binds it."""
-    import subprocess
-    import sys
-
-    code = (
-        "from pdcheck.serving.ports import PortAllocator\n"
-        "alloc = PortAllocator(bucket=4)  # claims last as long as the allocator\n"
-        "p = alloc.server_ports()\n"
-        "print(p.http, flush=True)\n"
-        "import sys; sys.stdin.read()\n"
-    )
-    other = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        theirs = int(other.stdout.readline())
-        mine = PortAllocator(bucket=4).server_ports().http
-        assert mine != theirs
-    finally:
-        other.stdin.close()
-        other.wait(10)

@@ -6,7 +6,7 @@ import json
 
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.cli import main
-from pdcheck.sweep import load_run
+from pdcheck.results import load_run
 
 CLEAN = "fake-p1x1-d1x1-async-fixes-on"
 CANARY = "fake-p1x1-d1x1-async-inject-zero"

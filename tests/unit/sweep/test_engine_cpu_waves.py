@@ -10,10 +10,10 @@ import time
 
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.config import expand_cells, load_sweep
+from pdcheck.results.schema import SweepInfo
+from pdcheck.results.store import Provenance, create_run, load_run
 from pdcheck.serving import Endpoints
 from pdcheck.sweep.engine import Engine, SweepOptions
-from pdcheck.sweep.schema import SweepInfo
-from pdcheck.sweep.store import Provenance, create_run, load_run
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.unit.sweep.conftest import answering
 

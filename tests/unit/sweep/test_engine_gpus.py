@@ -7,10 +7,10 @@ import threading
 import time
 
 from pdcheck.config import expand_cells, load_sweep
+from pdcheck.results.schema import SweepInfo
+from pdcheck.results.store import Provenance, create_run, load_run
 from pdcheck.serving import Endpoints
 from pdcheck.sweep.engine import Engine
-from pdcheck.sweep.schema import SweepInfo
-from pdcheck.sweep.store import Provenance, create_run, load_run
 
 
 class RecordingGpuBackend:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from pdcheck.pytest_plugin import pytest_sessionfinish
-from pdcheck.sweep import load_run
+from pdcheck.results import load_run
 from tests.unit.report.conftest import CellPlan, write_run
 
 

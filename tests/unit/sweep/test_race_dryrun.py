@@ -71,11 +71,11 @@ def test_race_exit_code_is_the_status_and_json_is_kept(tmp_path, code, status):
 def test_race_findings_fail_the_sweep_through_the_summary(tmp_path):
     """A race summary with status fail makes the sweep exit 1 and adds a junit failure."""
     from pdcheck.analysis.verdict import Status
-    from pdcheck.sweep import load_run
-    from pdcheck.sweep.junit import render_junit
-    from pdcheck.sweep.schema import RaceOutcome, SweepInfo
-    from pdcheck.sweep.store import Provenance, create_run
-    from pdcheck.sweep.summary import summarize
+    from pdcheck.report.junit import render_junit
+    from pdcheck.results import load_run
+    from pdcheck.results.schema import RaceOutcome, SweepInfo
+    from pdcheck.results.store import Provenance, create_run
+    from pdcheck.results.summary import summarize
 
     store = create_run(
         tmp_path / "r",

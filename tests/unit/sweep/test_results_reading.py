@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from pdcheck.analysis.verdict import Status
 from pdcheck.config.load import SWEEPS_DIR
 from pdcheck.errors import ConfigError, ExitCode, InputFileError
-from pdcheck.sweep.results import check_run
+from pdcheck.results.load import check_run
+from pdcheck.results.schema import RaceOutcome
+from pdcheck.results.store import open_run
 from pdcheck.sweep.run import SweepRequest, prepare
-from pdcheck.sweep.schema import RaceOutcome
-from pdcheck.sweep.store import open_run
 from tests.unit.bad_files import BAD_FILES, fresh_dir, garbled, run_cli, truncated, wrong_typed
 
 V1_RUN = Path(__file__).parent / "data" / "v1-run"
@@ -237,3 +237,39 @@ def test_merge_into_a_file_exits_3(template, tmp_path):
     out.write_text("")
     code, output = run_cli("merge", str(template), "--out", str(out))
     assert code == ExitCode.CONFIG and f"--out {out} already exists" in output, output
+
+
+def _with_injections(template: Path, tmp_path: Path, injections: list) -> tuple[Path, Path]:
+    folder = tmp_path / "run"
+    shutil.copytree(template, folder)
+    (kv_file,) = folder.glob("cells/*/kv/c1-r0.json")
+    data = json.loads(kv_file.read_text())
+    data["kv"]["injections"] = injections
+    kv_file.write_text(json.dumps(data))
+    return folder, kv_file
+
+
+def test_injection_records_in_a_kv_file_read_typed_or_are_refused(template, tmp_path):
+    """A kv file's injection entries are the plugin's InjectionRecord: an entry as the plugin has
+    always written it reads back typed, and one of another shape is refused naming the file."""
+    written = {
+        "schema_version": 1,
+        "x_request_id": "pd-c1-r0-6a9640bd-q00003",
+        "request_id": "cmpl-3-0-aaaaaaaa",
+        "kind": "zero-loaded-kv",
+        "fraction": 0.5,
+        "seed": 7,
+        "blocks": [[4, 5]],
+        "pid": 123,
+        "tp_rank": 0,
+        "t": 1.5,
+    }
+    folder, _ = _with_injections(template, tmp_path / "good", [written])
+    (cell,) = check_run(folder).cells
+    (record,) = cell.kv[(1, 0)].injections or ()
+    assert (record.x_request_id, record.blocks) == (written["x_request_id"], [[4, 5]])
+
+    folder, kv_file = _with_injections(template, tmp_path / "bad", [{"x_request_id": 3}])
+    with pytest.raises(ConfigError) as info:
+        check_run(folder)
+    _refused_naming(info.value, kv_file)

@@ -11,13 +11,9 @@ import pytest
 
 from pdcheck.analysis.verdict import Status, Verdict
 from pdcheck.config import expand_cells, load_sweep
+from pdcheck.contracts.plugin_files import InjectionRecord
 from pdcheck.errors import ConfigError, ResultsFileError
-from pdcheck.serving import Endpoints
-from pdcheck.serving.argv import ServerPorts
-from pdcheck.serving.endpoints import ServerRecord, TopologyRecord
-from pdcheck.sweep.engine import Engine, SweepOptions
-from pdcheck.sweep.plan import Unit
-from pdcheck.sweep.schema import (
+from pdcheck.results.schema import (
     CellFile,
     FailureFile,
     KvFile,
@@ -32,8 +28,15 @@ from pdcheck.sweep.schema import (
     from_json,
     to_json,
 )
-from pdcheck.sweep.store import Provenance, create_run, load_run
+from pdcheck.results.store import Provenance, create_run, load_run
+from pdcheck.serving import Endpoints
+from pdcheck.serving.argv import ServerPorts
+from pdcheck.serving.endpoints import ServerRecord, TopologyRecord
+from pdcheck.sweep.engine import Engine, SweepOptions
+from pdcheck.sweep.plan import Unit
+from pdcheck.vllm_plugin.marker import InjectionLog
 from tests.fakes.openai_server import echo_completion
+from tests.unit.analysis.builders import injection
 from tests.unit.sweep.conftest import answering
 
 
@@ -131,11 +134,10 @@ def stored_run(sweep_file, gold_by_question, tmp_path) -> Path:
     plugin_dir.mkdir()
     inject = next(c for c in cells if c.arm.inject)
     tag = Unit(inject.id, "pd", 1, 0).run_tag
-    (plugin_dir / "injections.jsonl").write_text(
-        "".join(
-            json.dumps({"x_request_id": f"{tag}-q{i:05d}", "kind": "zero"}) + "\n" for i in (0, 3)
-        )
-    )
+    # Written as the plugin writes them; a record of another unit is left out of this one's.
+    log = InjectionLog(plugin_dir)
+    for x_request_id in (f"{tag}-q00000", f"{tag}-q00003", f"pd-c4-r0-{inject.id}-q00001"):
+        log.append(injection(x_request_id))
     wrong = CountingKvServer(answering(gold_by_question, wrong=True))
     with (
         FakeOpenAIServer(answering(gold_by_question)) as base,
@@ -200,6 +202,9 @@ def test_the_stored_run_reads_back_typed(stored_run):
     assert clean.verdicts[1].verdict.kv_transferred_tokens > 0
     precision = injected.verdicts[1].injection
     assert precision is not None and precision.n_injected == 2
+    records = injected.kv[(1, 0)].injections or ()
+    assert all(isinstance(r, InjectionRecord) for r in records)
+    assert sorted(r.x_request_id[-6:] for r in records) == ["q00000", "q00003"]
     assert run.summary is not None and run.summary.race.status is Status.PASS
     assert run.summary.exit_code == 1 and run.summary.attribution
 

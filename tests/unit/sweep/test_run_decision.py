@@ -8,14 +8,14 @@ from pdcheck.analysis.power import tolerated_discordance
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.cli import main
 from pdcheck.config import SweepSpec, expand_cells, load_sweep
-from pdcheck.sweep import load_run
+from pdcheck.results import load_run
+from pdcheck.results.store import CellStore, open_run
 from pdcheck.sweep.judging import (
     apply_family,
     clean_level_designs,
     clean_tests,
     judge_level,
 )
-from pdcheck.sweep.store import CellStore, open_run
 from tests.unit.report.conftest import CellPlan, write_run
 from tests.unit.sweep.test_cli_sweep import CLEAN, _sweep
 

@@ -9,11 +9,11 @@ import pytest
 
 from pdcheck.analysis.verdict import CellVerdict, Status, Verdict, judge
 from pdcheck.evals.records import QuestionRecord, RecordWriter
+from pdcheck.report.junit import render_junit
+from pdcheck.results.schema import STORE_SCHEMA_VERSION, KvEvidence, SweepInfo
+from pdcheck.results.store import Provenance, create_run, load_run
+from pdcheck.results.summary import summarize
 from pdcheck.serving.metrics import KvTransferMetrics
-from pdcheck.sweep.junit import render_junit
-from pdcheck.sweep.schema import STORE_SCHEMA_VERSION, KvEvidence, SweepInfo
-from pdcheck.sweep.store import Provenance, create_run, load_run
-from pdcheck.sweep.summary import summarize
 from tests.unit.sweep.builders import unit_summary
 
 PROV = Provenance(vllm_version="0.32.0", vllm_commit="abc123", dataset_sha256="d" * 64)

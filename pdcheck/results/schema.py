@@ -1,7 +1,7 @@
 """The persisted schema of a run folder: one msgspec Struct per JSON file the store writes.
 
 Every file is a `Stamped` struct (schema version and provenance at its top level), encoded and
-decoded by `pdcheck.sweep._files` only. The analysis results inside (PairedComparison,
+decoded by `pdcheck.results._files` only. The analysis results inside (PairedComparison,
 CellVerdict, EarlyStop, InjectionPrecision, Attribution, Outcome) are the analysis layer's own
 frozen dataclasses, which msgspec encodes and decodes by their type hints like the structs here.
 
@@ -24,10 +24,11 @@ from pdcheck.analysis.kv_digest import KvDigestSummary
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.sequential import EarlyStop
 from pdcheck.analysis.verdict import CellVerdict, Outcome, Status, Verdict
+from pdcheck.config.cells import Side
+from pdcheck.contracts.plugin_files import InjectionRecord
 from pdcheck.evals.summary import EvalSummary
 from pdcheck.serving.endpoints import TopologyRecord
 from pdcheck.serving.metrics import KvTransferMetrics
-from pdcheck.sweep.plan import Side
 
 T = TypeVar("T")
 
@@ -165,8 +166,8 @@ class KvEvidence(msgspec.Struct, frozen=True, kw_only=True):
     # One delta per decoder over the unit; empty when no metrics URL was known (attach mode).
     decoders: tuple[KvTransferMetrics, ...] = ()
     metrics_urls: tuple[str, ...] = ()
-    # The vLLM plugin's injection-log lines of this unit (`x_request_id`, kind, ...).
-    injections: tuple[dict[str, Any], ...] | None = None
+    # The vLLM plugin's injection records of this unit.
+    injections: tuple[InjectionRecord, ...] | None = None
     # The join of the PD servers' KV digests (serving.kv_digest); None when no server wrote any.
     kv_digest: KvDigestSummary | None = None
 

@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from pdcheck.config.cells import Side
 from pdcheck.errors import ResultsFileError
-from pdcheck.sweep.plan import Side
-from pdcheck.sweep.schema import (
+from pdcheck.results.schema import (
     SUPPORTED_SCHEMA_VERSIONS,
     FailureFile,
     Provenance,

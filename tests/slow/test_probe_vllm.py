@@ -1,7 +1,7 @@
 """`probe_vllm` reads a release wheel's version, commit and race fixes without importing vLLM.
 
 A stand-in `vllm` install (dist-info plus the files the probe reads) goes first on the child
-python's path.
+python's path. (Moved from tests/unit/serving: each check runs the probe in a child python.)
 """
 
 from __future__ import annotations

@@ -16,15 +16,15 @@ from filelock import FileLock
 
 from pdcheck.analysis.verdict import Status
 from pdcheck.config import Cell, expand_cells, load_sweep, select_cells
-from pdcheck.pytest_plugin import attached_endpoints
+from pdcheck.pytest_plugin.attach import attached_endpoints
+from pdcheck.results.schema import Selection, SweepInfo
+from pdcheck.results.store import RunStore, create_run, load_cell, open_run
+from pdcheck.results.summary import cell_outcomes
 from pdcheck.sweep.backends import AttachBackend
 from pdcheck.sweep.engine import Engine, SweepOptions
-from pdcheck.sweep.finish import RenderReport, finish_run
+from pdcheck.sweep.finish import finish_run
 from pdcheck.sweep.judging import clean_tests
 from pdcheck.sweep.leases import GpuLeases
-from pdcheck.sweep.schema import Selection, SweepInfo
-from pdcheck.sweep.store import RunStore, create_run, load_cell, open_run
-from pdcheck.sweep.summary import cell_outcomes
 
 
 class CellFailed(Exception):
@@ -128,7 +128,7 @@ def open_store(config) -> RunStore:
         )
 
 
-def finish_session(config, *, render_report: RenderReport | None = None) -> int | None:
+def finish_session(config) -> int | None:
     """On the controller (or a run without xdist): junit.xml, report.md and summary.json.
 
     Returns the run's exit code (`pdcheck sweep`'s), None on a worker or with no run folder.
@@ -138,5 +138,5 @@ def finish_session(config, *, render_report: RenderReport | None = None) -> int 
     store = open_run(results_dir(config))
     if store is None:
         return None
-    summary = finish_run(store, render_report=render_report).summary
+    summary = finish_run(store).summary
     return None if summary is None else summary.exit_code

@@ -5,8 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from pdcheck.analysis.verdict import Status
-from pdcheck.sweep.store import RunResults
-from pdcheck.sweep.summary import cell_outcomes
+from pdcheck.results.store import RunResults
+from pdcheck.results.summary import cell_outcomes
 
 
 def render_junit(results: RunResults) -> str:

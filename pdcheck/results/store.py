@@ -1,6 +1,6 @@
 """The results store: the only writer under a run folder, and its reader `load_run`.
 
-Layout (every JSON is a `pdcheck.sweep.schema` struct carrying `schema_version` and the
+Layout (every JSON is a `pdcheck.results.schema` struct carrying `schema_version` and the
 provenance stamp: pdcheck version, vLLM version/commit, dataset sha)::
 
     <run>/run.json                                  sweep, environment, started/finished, shard
@@ -32,8 +32,9 @@ from pdcheck.analysis.injection import InjectionPrecision
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.sequential import EarlyStop
 from pdcheck.analysis.verdict import CellVerdict, Outcome
+from pdcheck.config.cells import SIDES, Side
 from pdcheck.evals.summary import EvalSummary
-from pdcheck.sweep._files import (
+from pdcheck.results._files import (
     failure_file,
     now_iso,
     read_file,
@@ -42,8 +43,7 @@ from pdcheck.sweep._files import (
     write_file,
     write_text_atomic,
 )
-from pdcheck.sweep.plan import SIDES, Side
-from pdcheck.sweep.results import (
+from pdcheck.results.load import (
     CellResult,
     RunInfo,
     RunResults,
@@ -54,7 +54,7 @@ from pdcheck.sweep.results import (
     read_cell_file,
     read_run_file,
 )
-from pdcheck.sweep.schema import (
+from pdcheck.results.schema import (
     STORE_SCHEMA_VERSION,
     CellFile,
     FailureFile,

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from pdcheck.analysis.attribution import ArmObservation, Attribution, attribute
 from pdcheck.analysis.verdict import Outcome, Status, Verdict, count, run_exit_code
-from pdcheck.sweep.schema import CellSummary, Counts, LevelResult, RunSummary, stamp
-from pdcheck.sweep.store import CellResult, RunResults
+from pdcheck.results.schema import CellSummary, Counts, LevelResult, RunSummary, stamp
+from pdcheck.results.store import CellResult, RunResults
 
 logger = logging.getLogger(__name__)
 

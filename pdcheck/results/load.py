@@ -1,6 +1,6 @@
 """Read a run folder into typed records: `load_run(dir) -> RunResults` (what report and bisect read).
 
-Every file is decoded into its `pdcheck.sweep.schema` struct; a file that does not match raises
+Every file is decoded into its `pdcheck.results.schema` struct; a file that does not match raises
 ResultsFileError naming it. Records files are read when asked for (`UnitResult.records`), or all
 at once by `check_run`, which a resume and a merge run before they start or write anything.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,12 @@ from pydantic import ValidationError
 
 from pdcheck.analysis.sequential import EarlyStop
 from pdcheck.config import Cell
+from pdcheck.config.cells import SIDES, Side
 from pdcheck.errors import ResultsFileError
 from pdcheck.evals.records import QuestionRecord, read_records
 from pdcheck.evals.summary import EvalSummary
-from pdcheck.serving.endpoints import TopologyRecord
-from pdcheck.sweep._files import read_file
-from pdcheck.sweep.plan import SIDES, Side
-from pdcheck.sweep.schema import (
+from pdcheck.results._files import read_file
+from pdcheck.results.schema import (
     CellFile,
     FailureFile,
     KvEvidence,
@@ -38,6 +38,7 @@ from pdcheck.sweep.schema import (
     UnitFile,
     VerdictFile,
 )
+from pdcheck.serving.endpoints import TopologyRecord
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +165,17 @@ class RunResults:
             if name_or_id in (c.name, c.id, c.dirname):
                 return c
         raise KeyError(f"no cell {name_or_id!r} in {self.info.root}")
+
+
+def kv_tokens(kv: Mapping[tuple[int, int], KvEvidence], concurrency: int) -> int | None:
+    """KV tokens the decoders received over the level's PD units; None when no metrics were scraped."""
+    total = None
+    for (c, _r), evidence in kv.items():
+        if c != concurrency:
+            continue
+        for delta in evidence.decoders:
+            total = (total or 0) + int(delta.external_kv_tokens)
+    return total
 
 
 def _load_unit(path: Path, side: Side, concurrency: int, repeat: int) -> UnitResult:

@@ -8,10 +8,8 @@ is given, the sweep's cells replace the collected tests (the other items are des
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from pdcheck.serving.endpoints import Endpoints
+from pdcheck.pytest_plugin.attach import attached_endpoints
 
 
 def pytest_addoption(parser) -> None:
@@ -56,20 +54,6 @@ def pytest_addoption(parser) -> None:
     )
 
 
-def attached_endpoints(config: Any) -> Endpoints | None:
-    """The attach options, checked by the same rules as `pdcheck sweep`'s (None: not attached)."""
-    from pdcheck.serving.endpoints import AttachNames, attach_options
-
-    return attach_options(
-        baseline_url=config.getoption("pdcheck_baseline_url"),
-        pd_url=config.getoption("pdcheck_pd_url"),
-        decoder_metrics_urls=tuple(config.getoption("pdcheck_decoder_metrics_url") or ()),
-        names=AttachNames(
-            "--pdcheck-baseline-url", "--pdcheck-pd-url", "--pdcheck-decoder-metrics-url"
-        ),
-    )
-
-
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "pdcheck_cell: a pdcheck sweep cell run as a test item")
     sweep = config.getoption("pdcheck_sweep")
@@ -104,7 +88,7 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     if not sweep:
         return
     from pdcheck.config import resolve_sweep_path
-    from pdcheck.sweep.pytest_items import SweepFile
+    from pdcheck.pytest_plugin.items import SweepFile
 
     path = Path(resolve_sweep_path(sweep)).resolve()
     cells = list(SweepFile.from_parent(session, path=path).collect())
@@ -132,10 +116,9 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     """
     if not session.config.getoption("pdcheck_sweep"):
         return
-    from pdcheck.report import render_markdown
-    from pdcheck.sweep.pytest_items import finish_session
+    from pdcheck.pytest_plugin.items import finish_session
 
-    code = finish_session(session.config, render_report=render_markdown)
+    code = finish_session(session.config)
     if code and session.exitstatus == 0:
         import pytest
 
