@@ -8,45 +8,14 @@ from pathlib import Path
 
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.config import SweepSpec, expand_cells
-from pdcheck.evals.records import QuestionRecord, TokenLogprobs
 from pdcheck.sweep import load_run
 from pdcheck.sweep.finish import finish_run
 from pdcheck.sweep.judging import clean_tests, judge_level
 from pdcheck.sweep.schema import SweepInfo
 from pdcheck.sweep.store import Provenance, create_run
+from tests.unit.analysis.test_suspect import CORRUPTED, QUESTIONS
+from tests.unit.analysis.test_suspect import _greedy_run as _run
 from tests.unit.sweep.builders import unit_summary
-
-QUESTIONS, CORRUPTED, POSITIONS = 200, 5, 12
-
-
-def _run(corrupted: frozenset[int] = frozenset()) -> list[QuestionRecord]:
-    """A greedy run (CPU repeats agree bit for bit). A corrupted question keeps its answer but
-    flips the token at position 8, where the baseline was 3 nats sure, after its damaged KV moved
-    the margins before it by 2-12 nats."""
-    records = []
-    for q in range(QUESTIONS):
-        flip = 8 if q in corrupted else None
-        margins = [
-            3.0 + (2.0 + (q * 7 + t) % 11 if flip is not None and t < flip else 0.0)
-            for t in range(POSITIONS)
-        ]
-        tokens = [1000 + t if t == flip else t for t in range(POSITIONS)]
-        records.append(
-            QuestionRecord(
-                index=q,
-                prompt_sha256=f"{q:064x}",
-                gold="1",
-                ok=True,
-                completion="c",
-                token_ids=tuple(tokens),
-                logprobs=tuple(
-                    TokenLogprobs(str(tok), -0.01, (("x", -0.01), ("y", -0.01 - m)))
-                    for tok, m in zip(tokens, margins, strict=True)
-                ),
-                correct=q % 3 != 0,
-            )
-        )
-    return records
 
 
 def _sweep_run(root: Path, *, repeats: int, corrupted: frozenset[int]) -> Path:
@@ -73,7 +42,9 @@ def _sweep_run(root: Path, *, repeats: int, corrupted: frozenset[int]) -> Path:
         canary=False,
     )
     for r in range(repeats):
-        for side, records in (("baseline", _run()), ("pd", _run(corrupted))):
+        # A greedy run as on CPU (repeats agree bit for bit); a corrupted question keeps its
+        # answer but flips a token the baseline was 3 nats sure of, its margins moved before.
+        for side, records in (("baseline", _run()), ("pd", _run(corrupted=corrupted))):
             cs.records_path(side, 1, r).write_text("".join(x.to_json() + "\n" for x in records))
             cs.write_unit_summary(side, 1, r, unit_summary(records))
     judge_level(cell, cs, 1, family_size=clean_tests([cell]))
