@@ -39,8 +39,7 @@ def exactness_section(run: RunResults) -> str | None:
                 ]
             )
             listed += [
-                f"- {cell.name} c{concurrency}: {_divergence(d)}"
-                for d in check.divergences[:_FIRST]
+                f"- {cell.name} c{concurrency}: {d.describe()}" for d in check.divergences[:_FIRST]
             ]
     if not rows:
         return None
@@ -55,6 +54,8 @@ def exactness_section(run: RunResults) -> str | None:
         "Why:\n\n" + "\n".join(f"- {name}: {why}" for name, why in reasons.items()),
     ]
     if listed:
+        # The margin, not SUSPECT's tie/corruption grade: that grade uses the policy's floor,
+        # while a bfloat16 near-tie can sit one bf16 step (0.0625 nats at logits of 8-16) apart.
         parts.append(
             "Divergences (the baseline's top-2 margin where PD parted):\n\n" + "\n".join(listed)
         )
@@ -63,7 +64,3 @@ def exactness_section(run: RunResults) -> str | None:
 
 def _first(divergences: tuple[ExactDivergence, ...]) -> str:
     return f"q{divergences[0].index:05d} at token {divergences[0].position}" if divergences else "–"
-
-
-def _divergence(d: ExactDivergence) -> str:
-    return f"{d.describe()}, {d.grade}"
