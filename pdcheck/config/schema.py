@@ -77,6 +77,9 @@ class ArmSpec(_Strict):
     inject: str | None = None
     inject_seed: int = 0
     environment: str | None = None
+    # PD servers run with prefix caching on, whatever the model's serve args say: a decoder's
+    # own prefix-cache hit then makes its remote read partial (only the blocks after the hit).
+    prefix_caching: bool = False
     # A canary exists to prove the suite can see a race: it is expected to be flagged. An arm
     # that injects faults is one whether or not it says so: counting it as clean would put a test
     # meant to fail in the family (and spend the clean tests' alpha on it).
@@ -88,6 +91,16 @@ class ArmSpec(_Strict):
         if isinstance(data, dict) and data.get("inject") is not None:
             return {**data, "canary": True}
         return data
+
+    @model_validator(mode="after")
+    def _injection_without_prefix_caching(self) -> ArmSpec:
+        if self.inject is not None and self.prefix_caching:
+            raise ValueError(
+                "an arm cannot both inject faults and turn prefix caching on: an injected "
+                "decoder runs without prefix caching, so one corrupted cached block cannot spread "
+                "to questions that were never injected"
+            )
+        return self
 
     @field_validator("inject")
     @classmethod
@@ -115,6 +128,7 @@ BUILTIN_ARMS: dict[str, ArmSpec] = {
     "zeroing-off": ArmSpec(name="zeroing-off", disable_fixes=("zeroing",), canary=True),
     "inject-zero": ArmSpec(name="inject-zero", inject="zero-loaded-kv:0.5", canary=True),
     "inject-stale": ArmSpec(name="inject-stale", inject="stale-kv:0.5", canary=True),
+    "prefix-caching": ArmSpec(name="prefix-caching", prefix_caching=True),
 }
 
 
@@ -220,6 +234,9 @@ class ServingSettings(_Strict):
     extra_serve_args: ServeArgs = ()
     # PD servers digest the KV blocks they send and load (docs/vllm-plugin.md, KV digests).
     kv_digest: bool = False
+    # vLLM's batch invariance on every server of a cell where it holds, and a clean divergence
+    # from the baseline judged as a REGRESSION with no margin (pdcheck/contracts/batch_invariance.py).
+    bit_exact: bool = False
 
 
 class RaceSettings(_Strict):

@@ -106,6 +106,13 @@ ENABLE_V1_MULTIPROCESSING = EnvVar(
     False,
     "the model runs inside the EngineCore (the uni executor), as on CUDA at TP 1",
 )
+# Read at import by some GPU modules (Triton attention, LoRA ops); pdcheck never sets it on CPU.
+BATCH_INVARIANT = EnvVar(
+    "VLLM_BATCH_INVARIANT",
+    Reader.VLLM,
+    False,
+    "batch-invariant kernels: a request's tokens do not depend on its batch (bit-exact mode)",
+)
 UCX_NET_DEVICES = EnvVar(
     "UCX_NET_DEVICES", Reader.UCX, False, "the network devices NIXL's UCX may listen and send on"
 )
@@ -138,6 +145,7 @@ REGISTRY = {
         SSM_CONV_STATE_LAYOUT,
         ENABLE_V1_MULTIPROCESSING,
         UCX_NET_DEVICES,
+        BATCH_INVARIANT,
     )
 }
 

@@ -18,7 +18,9 @@ from pdcheck.config import AnalysisPolicy
 from pdcheck.report.against import Comparison, compare_rows
 from pdcheck.report.charts import accuracy_charts
 from pdcheck.report.details import diverging_questions, log_tails, rerun_command
+from pdcheck.report.exactness import exactness_section
 from pdcheck.report.kv_integrity import kv_integrity_section
+from pdcheck.report.prefix_cache import prefix_cache_section
 from pdcheck.report.race import race_sections
 from pdcheck.report.rows import ResultRow, build_rows
 from pdcheck.report.sections import (
@@ -194,6 +196,8 @@ def render_markdown(
         head.append(_against_note(against, comparison))
     race_full, race_compact = race_sections(run)
     kv_integrity = kv_integrity_section(run)
+    exactness = exactness_section(run)
+    prefix_cache = prefix_cache_section(run)
     methodology = methodology_section(
         alpha=policy.alpha if policy else None,
         margin_pts=policy.margin_pts if policy else None,
@@ -219,6 +223,10 @@ def render_markdown(
         parts += ["## Race findings", race_full if detail.race_evidence else race_compact]
         if kv_integrity is not None:
             parts += ["## KV integrity", kv_integrity]
+        if exactness is not None:
+            parts += ["## Bit-exact judging", exactness]
+        if prefix_cache is not None:
+            parts += ["## Prefix caching", prefix_cache]
         if failures:
             parts.append("## Failures")
             parts += [f.full for f in failures[: detail.full_failures]]

@@ -19,6 +19,7 @@ import msgspec
 
 from pdcheck import __version__
 from pdcheck.analysis.attribution import Attribution
+from pdcheck.analysis.exact import ExactCheck
 from pdcheck.analysis.injection import InjectionPrecision
 from pdcheck.analysis.kv_digest import KvDigestSummary
 from pdcheck.analysis.paired import PairedComparison
@@ -190,6 +191,8 @@ class VerdictFile(Stamped, frozen=True, kw_only=True):
     injection: InjectionPrecision | None = None
     # The lower level whose flag this level carries (early stop skipped it).
     carried_from: int | None = None
+    # Greedy identity against the baseline, judged or not (cells in bit-exact mode only).
+    exact: ExactCheck | None = None
 
 
 class LevelResult(msgspec.Struct, frozen=True, kw_only=True):

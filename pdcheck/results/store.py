@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from pdcheck.analysis.exact import ExactCheck
 from pdcheck.analysis.injection import InjectionPrecision
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.sequential import EarlyStop
@@ -240,9 +241,11 @@ class CellStore:
         comparison: PairedComparison | None = None,
         injection: InjectionPrecision | None = None,
         carried_from: int | None = None,
+        exact: ExactCheck | None = None,
     ) -> None:
         """`outcome` says what `verdict` means for the cell (canary logic); `injection` is the
-        InjectionPrecision of an injected arm; `carried_from` the level an early stop carried."""
+        InjectionPrecision of an injected arm; `carried_from` the level an early stop carried;
+        `exact` the bit-exact check of a cell in bit-exact mode."""
         write_file(
             self.dir / "verdicts" / f"c{concurrency}.json",
             VerdictFile(
@@ -253,6 +256,7 @@ class CellStore:
                 comparison=comparison,
                 injection=injection,
                 carried_from=carried_from,
+                exact=exact,
             ),
         )
 

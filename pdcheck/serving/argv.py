@@ -19,7 +19,7 @@ from typing import Literal
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.config.cells import Role
 from pdcheck.config.paths import FIXTURE_PREFIX
-from pdcheck.contracts import environment, vllm_names
+from pdcheck.contracts import batch_invariance, environment, vllm_names
 
 Platform = Literal["cpu", "gpu"]
 
@@ -173,7 +173,33 @@ def arm_serve_args(cell: Cell, *, role: Role) -> list[str]:
     """
     if role == "decode" and cell.arm.inject is not None:
         return ["--no-enable-prefix-caching"]
+    if role != "baseline" and cell.arm.prefix_caching:
+        return ["--enable-prefix-caching"]
     return []
+
+
+def cell_exactness(cell: Cell, *, platform: Platform) -> batch_invariance.Exactness:
+    """The cell's bit-exact decision on `platform`, from the dtype and attention backend its
+    servers are started with (the baseline's argv: every server of a cell shares them)."""
+    argv = build_serve_argv(cell, role="baseline", port=0, platform=platform, launcher=())
+    return batch_invariance.exactness(
+        requested=cell.serving.bit_exact,
+        platform=platform,
+        model_kind=cell.model.kind,
+        dtype=_flag_value(argv, "--dtype"),
+        attention_backend=_flag_value(argv, "--attention-backend"),
+    )
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value the last `flag X` or `flag=X` of `argv` gives, or None."""
+    value = None
+    for i, token in enumerate(argv):
+        if token == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif token.startswith(f"{flag}="):
+            value = token.partition("=")[2]
+    return value
 
 
 # Linux's loopback interface, as UCX names network devices.
@@ -227,6 +253,10 @@ def build_env(
         env["VLLM_SSM_CONV_STATE_LAYOUT"] = "DS"
     if _is_local_model(cell.model.path):
         env["HF_HUB_OFFLINE"] = "1"
+    if cell_exactness(cell, platform=platform).variable:
+        # Every server of the cell, the baseline too: the comparison is between two runs of
+        # the same batch-invariant kernels, or it proves nothing.
+        env[environment.BATCH_INVARIANT.name] = "1"
     env.update(cell.env)
     env.update(cell.model.env)
     pdcheck_vars = plugin_env(cell, role=role, platform=platform, plugin_dir=plugin_dir)

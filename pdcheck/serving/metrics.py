@@ -89,6 +89,9 @@ class KvTransferMetrics:
     transfers: float = 0.0
     bytes_transferred: float = 0.0
     failed_transfers: float = 0.0
+    # Prompt tokens a decoder found in its own prefix cache: beside external tokens, each is
+    # part of a partial prefix hit (the read covered only the blocks after it).
+    local_cache_hit_tokens: float = 0.0
 
     @classmethod
     def from_prometheus(cls, text: str) -> KvTransferMetrics:
@@ -101,6 +104,9 @@ class KvTransferMetrics:
             transfers=_total(samples, NIXL_XFER_COUNT),
             bytes_transferred=_total(samples, NIXL_BYTES),
             failed_transfers=_total(samples, NIXL_FAILED),
+            local_cache_hit_tokens=_total(
+                samples, PROMPT_TOKENS_BY_SOURCE, source="local_cache_hit"
+            ),
         )
 
     def minus(self, before: KvTransferMetrics) -> KvTransferMetrics:
@@ -115,7 +121,8 @@ class KvTransferMetrics:
 
     @classmethod
     def from_dict(cls, data: dict) -> KvTransferMetrics:
-        return cls(**{k: float(data[k]) for k in asdict(cls())})
+        """A stored reading; a counter added since it was written reads 0."""
+        return cls(**{k: float(data.get(k, 0.0)) for k in asdict(cls())})
 
 
 def metrics_url(url: str) -> str:

@@ -223,10 +223,14 @@ def signals_unwind() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous_term)
-        signal.signal(signal.SIGINT, previous_int)
-        if previous_term is not _on_sigterm:  # the outermost scope: the run is over
-            SHUTTING_DOWN.clear()
+        # A sweep may close a scope entered on the main thread from a worker thread (a kept
+        # prefill topology stopped for the next cell's); only the main thread may set handlers,
+        # and the main thread's own enclosing scope restores them when it ends.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous_term)
+            signal.signal(signal.SIGINT, previous_int)
+            if previous_term is not _on_sigterm:  # the outermost scope: the run is over
+                SHUTTING_DOWN.clear()
 
 
 def _group_alive(pgid: int, proc: subprocess.Popen) -> bool:

@@ -28,7 +28,7 @@ class DryRun:
 def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | None = None) -> DryRun:
     """`gpus`: plan for that many GPUs (indices 0..gpus-1) instead of the ones this machine has."""
     from pdcheck.serving.argcheck import check_serve_argvs
-    from pdcheck.serving.argv import cell_python
+    from pdcheck.serving.argv import cell_exactness, cell_python
     from pdcheck.serving.environment import probe_vllm
     from pdcheck.serving.gpus import Gpu, GpuInventory
     from pdcheck.serving.weights import describe_weights
@@ -73,13 +73,15 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
         python = cell_python(cell)
         if check_argv and python not in checked:
             checked[python] = probe_vllm(python).vllm_version is not None
-        for placement in placements.get(cell.id, []):
+        for i, placement in enumerate(placements.get(cell.id, [])):
             plan = backend.plan(
                 cell,
                 roles=SIDE_ROLES[placement.job.side],
                 gpus=placement.gpus,
                 cell_dir=prepared.out / "cells" / cell.dirname,
             )
+            if i == 0 and cell.serving.bit_exact:
+                lines.append(f"# {cell_exactness(cell, platform=plan.platform).describe()}")
             lines.append(plan.render())
             if not check_argv:
                 continue

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from pdcheck.analysis.design import Design
+from pdcheck.analysis.exact import ExactCheck, exact_regression_reason
 from pdcheck.analysis.family import FamilyMember, FamilyVerdict, decide_alone, decide_family
 from pdcheck.analysis.injection import InjectionPrecision
 from pdcheck.analysis.kv_digest import digest_regression_reason
@@ -36,6 +37,7 @@ from pdcheck.evals.records import QuestionRecord
 from pdcheck.results.load import CellResult, kv_tokens
 from pdcheck.results.schema import KvEvidence
 from pdcheck.results.store import CellStore, RunStore, load_cell, load_run
+from pdcheck.serving.endpoints import TopologyRecord
 from pdcheck.sweep.plan import SIDES, Unit
 
 
@@ -238,6 +240,8 @@ def judge_level(
         kv_transferred_tokens=kv_tokens(result.kv, concurrency),
     )
     verdict = _with_digests(cell, verdict, [result.kv.get((concurrency, r)) for r in repeats])
+    exact = level_exact_check(cell, result.servers, runs)
+    verdict = _with_exactness(cell, concurrency, verdict, exact)
     injection = None
     if cell.arm.inject is not None:
         injection = _injection_precision(
@@ -246,7 +250,59 @@ def judge_level(
             pd[0],
             run_tag=Unit(cell.id, "pd", concurrency, 0).run_tag,
         )
-    return _record(cell, cs, concurrency, verdict, comparison=comparison, injection=injection)
+    return _record(
+        cell, cs, concurrency, verdict, comparison=comparison, injection=injection, exact=exact
+    )
+
+
+def level_exact_check(
+    cell: Cell,
+    servers: Sequence[TopologyRecord],
+    runs: Sequence[tuple[Sequence[QuestionRecord], Sequence[QuestionRecord]]],
+) -> ExactCheck | None:
+    """The level's greedy identity against its baseline, for a cell in bit-exact mode (None
+    otherwise), judged exactly where `contracts.batch_invariance` says the cell is exact on the
+    platform its servers ran on: decided from the configuration, never from the divergences."""
+    from pdcheck.analysis.exact import check_exact
+    from pdcheck.serving.argv import cell_exactness
+
+    if not cell.serving.bit_exact:
+        return None
+    platforms = {s.platform for s in servers}
+    if len(platforms) == 1:
+        decision = cell_exactness(cell, platform=platforms.pop())
+        exact, reason = decision.exact, decision.reason
+    else:
+        exact = False
+        reason = (
+            "attach mode: pdcheck did not start the servers, so it cannot know their kernels"
+            if not platforms
+            else f"the cell's servers ran on several platforms ({', '.join(sorted(platforms))})"
+        )
+    return check_exact(
+        runs, exact=exact, reason=reason, tie_epsilon_nats=cell.analysis.tie_epsilon_nats
+    )
+
+
+def _with_exactness(
+    cell: Cell, concurrency: int, verdict: CellVerdict, check: ExactCheck | None
+) -> CellVerdict:
+    """A clean level judged exactly is a REGRESSION at its first greedy divergence from the
+    baseline, with no margin: exact kernels leave no jitter to explain it. Canary levels, and
+    levels already REGRESSION or INFRA-ERROR, keep their verdict; a passing exact level says so."""
+    if check is None or not check.exact:
+        return verdict
+    if level_expectation(cell, concurrency).flag or cell.arm.inject is not None:
+        return verdict
+    if verdict.verdict in (Verdict.REGRESSION, Verdict.INFRA_ERROR):
+        return verdict
+    reason = exact_regression_reason(check)
+    if reason is not None:
+        return replace(verdict, verdict=Verdict.REGRESSION, reason=reason)
+    return replace(
+        verdict,
+        reason=f"{verdict.reason}; bit-exact: {check.n_identical}/{check.n_pairs} greedy outputs identical",
+    )
 
 
 def _with_digests(
@@ -404,6 +460,7 @@ def _record(
     comparison: PairedComparison | None = None,
     injection: InjectionPrecision | None = None,
     carried_from: int | None = None,
+    exact: ExactCheck | None = None,
 ) -> Outcome:
     outcome = judge_expected(cell, concurrency, verdict.verdict, verdict.reason)
     cs.write_verdict(
@@ -413,5 +470,6 @@ def _record(
         comparison=comparison,
         injection=injection,
         carried_from=carried_from,
+        exact=exact,
     )
     return outcome

@@ -21,6 +21,7 @@ from pdcheck.config import SweepSpec, expand_cells
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
 from pdcheck.results.schema import KvEvidence, RaceOutcome, SweepInfo
 from pdcheck.results.store import Provenance, create_run
+from pdcheck.serving.endpoints import TopologyRecord
 from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.finish import finish_run
 from pdcheck.sweep.judging import judge_level
@@ -138,6 +139,7 @@ def write_run(
     environment: dict = ENVIRONMENT,
     analysis: dict | None = None,
     kv_digest: bool = False,
+    serving: dict | None = None,
 ) -> Path:
     """Write a finished run folder with one cell per plan; returns `root`.
 
@@ -153,6 +155,7 @@ def write_run(
         },
         # A 5-point margin lets n=200 clean cells PASS instead of INCONCLUSIVE, keeping the tests fast.
         analysis={"margin_pts": 5.0, **(analysis or {})},
+        serving=serving or {},
     )
     cells = {(c.model.name, c.arm.name): c for c in expand_cells(spec)}
     store = create_run(
@@ -171,6 +174,9 @@ def write_run(
             baseline_key=cell.baseline_key(),
             canary=cell.arm.canary,
         )
+        if serving is not None:
+            # The servers' platform, as a started job records it (bit-exact judging reads it).
+            cs.record_started(TopologyRecord(platform=cell.serving.platform, servers=()))
         (cs.logs_dir / "decode-0.log").write_text(
             "".join(f"decode line {i}\n" for i in range(log_lines))
         )

@@ -45,9 +45,9 @@ def test_malformed_line_is_an_error_not_zero():
 def test_kv_metrics_sum_over_engines_and_delta():
     """External-KV tokens sum over engines; `minus` gives what one run added."""
     after = KvTransferMetrics.from_prometheus(EXPOSITION)
-    assert after == KvTransferMetrics(1234.0, 20.0, 20.0, 5242880.0, 1.0)
-    before = KvTransferMetrics(1000.0, 10.0, 15.0, 4194304.0, 1.0)
-    assert after.minus(before) == KvTransferMetrics(234.0, 10.0, 5.0, 1048576.0, 0.0)
+    assert after == KvTransferMetrics(1234.0, 20.0, 20.0, 5242880.0, 1.0, 7.0)
+    before = KvTransferMetrics(1000.0, 10.0, 15.0, 4194304.0, 1.0, 3.0)
+    assert after.minus(before) == KvTransferMetrics(234.0, 10.0, 5.0, 1048576.0, 0.0, 4.0)
     assert KvTransferMetrics.from_dict(after.to_dict()) == after
 
 
