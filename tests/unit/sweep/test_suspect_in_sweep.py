@@ -8,9 +8,9 @@ from pathlib import Path
 
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.config import SweepSpec, expand_cells
+from pdcheck.results.load import load_run
 from pdcheck.results.schema import SweepInfo
 from pdcheck.results.store import Provenance, create_run
-from pdcheck.sweep import load_run
 from pdcheck.sweep.finish import finish_run
 from pdcheck.sweep.judging import clean_tests, judge_level
 from tests.unit.analysis.test_suspect import CORRUPTED, QUESTIONS
