@@ -22,10 +22,13 @@ from pydantic import (
     model_validator,
 )
 
+from pdcheck.contracts.mutants import MUTANTS
+
 SCHEMA_VERSION: Final = 1
 
 FIX_NAMES = ("block-reuse", "zeroing")
 INJECTION_KINDS = ("zero-loaded-kv", "stale-kv")
+# Test-only mutants of vLLM's PD code (pdcheck/_vllm/serving_mutants.py says what each breaks).
 TASKS = ("gsm8k", "gsm8k-synth")
 STYLES = ("vllm", "lm-eval", "chat")
 ENGINES = ("pdcheck", "lm-eval")
@@ -76,6 +79,8 @@ class ArmSpec(_Strict):
     # "<kind>:<fraction>", e.g. "zero-loaded-kv:0.5"; applied on the decoder only.
     inject: str | None = None
     inject_seed: int = 0
+    # Test-only: one of MUTANTS, applied in the PD servers (pdcheck's own mutant tests).
+    mutant: str | None = None
     environment: str | None = None
     # A canary exists to prove the suite can see a race: it is expected to be flagged. An arm
     # that injects faults is one whether or not it says so: counting it as clean would put a test
@@ -85,9 +90,21 @@ class ArmSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _injection_is_a_canary(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("inject") is not None:
+        if isinstance(data, dict) and (
+            data.get("inject") is not None or data.get("mutant") is not None
+        ):
             return {**data, "canary": True}
         return data
+
+    @field_validator("mutant")
+    @classmethod
+    def _known_mutant(cls, value: str | None) -> str | None:
+        if value is not None and value not in MUTANTS:
+            raise ValueError(
+                f"unknown mutant {value!r}; allowed: {', '.join(MUTANTS)} (test-only, for "
+                "pdcheck's own mutant tests)"
+            )
+        return value
 
     @field_validator("inject")
     @classmethod
@@ -220,6 +237,11 @@ class ServingSettings(_Strict):
     extra_serve_args: ServeArgs = ()
     # PD servers digest the KV blocks they send and load (docs/vllm-plugin.md, KV digests).
     kv_digest: bool = False
+    # Window amplifiers (docs/vllm-plugin.md): a decoder's NIXL reads land this many ms after
+    # they are posted, and the PD servers' KV pool holds only this many blocks, so freed blocks
+    # are handed out again at once.
+    kv_land_delay_ms: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    kv_pool_blocks: Annotated[int, Field(ge=1)] | None = None
 
 
 class RaceSettings(_Strict):

@@ -89,6 +89,10 @@ class KvTransferMetrics:
     transfers: float = 0.0
     bytes_transferred: float = 0.0
     failed_transfers: float = 0.0
+    # Engines exporting NIXL's counters at all (vLLM exports them, at 0, from start-up): without
+    # them, 0 transfers says nothing (another connector, or a stand-in server). Not a counter:
+    # a delta keeps the later reading's value.
+    nixl_engines: float = 0.0
 
     @classmethod
     def from_prometheus(cls, text: str) -> KvTransferMetrics:
@@ -101,11 +105,13 @@ class KvTransferMetrics:
             transfers=_total(samples, NIXL_XFER_COUNT),
             bytes_transferred=_total(samples, NIXL_BYTES),
             failed_transfers=_total(samples, NIXL_FAILED),
+            nixl_engines=float(sum(1 for n, _, _ in samples if n == NIXL_XFER_COUNT)),
         )
 
     def minus(self, before: KvTransferMetrics) -> KvTransferMetrics:
         """What happened between `before` and this reading."""
-        return KvTransferMetrics(**{k: v - getattr(before, k) for k, v in asdict(self).items()})
+        deltas = {k: v - getattr(before, k) for k, v in asdict(self).items()}
+        return KvTransferMetrics(**(deltas | {"nixl_engines": self.nixl_engines}))
 
     def plus(self, other: KvTransferMetrics) -> KvTransferMetrics:
         return KvTransferMetrics(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
