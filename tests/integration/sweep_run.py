@@ -19,7 +19,9 @@ def run_sweep(sweep_file: Path, out: Path) -> None:
         env=dict(os.environ, HF_HUB_OFFLINE="1"),
     )
     summary = json.loads((out / "summary.json").read_text())
-    results = {(c["name"], r["concurrency"]): r for c in summary["cells"] for r in c["results"]}
+    results = {
+        f"{c['name']} c{r['concurrency']}": r for c in summary["cells"] for r in c["results"]
+    }
     assert proc.returncode == 0, (
         f"exit {proc.returncode}: {json.dumps(results, indent=1)}\n{proc.stderr[-3000:]}"
     )
