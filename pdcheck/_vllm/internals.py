@@ -132,6 +132,34 @@ def fixes_present() -> dict[str, bool]:
 DIGEST_NAMES: tuple[str, ...] = (
     "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler:NixlPullConnectorScheduler.request_finished",
     "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler:NixlPullConnectorScheduler.build_connector_meta",
+    "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler:NixlPullConnectorScheduler.get_num_new_matched_tokens",
     "vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector:NixlPullConnector.bind_connector_metadata",
     "vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker:NixlBaseConnectorWorker._logical_to_kernel_block_ids",
 )
+
+_NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
+# What each serving mutant (pdcheck._vllm.serving_mutants) replaces; checked when PDCHECK_MUTANT is set.
+SERVING_MUTANT_NAMES: dict[str, tuple[str, ...]] = {
+    "early-free": (f"{_NIXL}.pull_scheduler:NixlPullConnectorScheduler.request_finished",),
+    "short-block-count": (f"{_NIXL}.pull_worker:NixlPullConnectorWorker._read_blocks",),
+    "hybrid-guard-inverted": (
+        f"{_NIXL}.base_scheduler:NixlBaseConnectorScheduler._truncate_request_for_prefill",
+        f"{_NIXL}.base_scheduler:NixlBaseConnectorScheduler._prefill_backoff",
+    ),
+    "load-finished-early": (f"{_NIXL}.pull_worker:NixlPullConnectorWorker._read_blocks",),
+    "prefix-hit-wrong-end": (f"{_NIXL}.base_worker:NixlBaseConnectorWorker._apply_prefix_caching",),
+}
+# What the late-landing amplifier (pdcheck._vllm.land_delay) wraps; checked when
+# PDCHECK_KV_LAND_DELAY_MS is set.
+LAND_DELAY_NAMES: tuple[str, ...] = (
+    f"{_NIXL}.pull_worker:NixlPullConnectorWorker._read_blocks",
+    f"{_NIXL}.base_worker:NixlBaseConnectorWorker.get_transfer_results",
+    f"{_NIXL}.tp_mapping:ReadSpec",
+)
+
+
+def check_names(names: tuple[str, ...]) -> None:
+    """Raise VllmIncompatible listing every one of `names` this vLLM lacks."""
+    missing = missing_names(names)
+    if missing:
+        raise VllmIncompatible(vllm_version(), missing)

@@ -7,6 +7,12 @@ Two hooks, both class-level on vLLM's NIXL pull connector (the default `NixlConn
   per transfer group, already clipped to what the decoder reads) and `remote_num_tokens`. The
   hook keeps them and `build_connector_meta` attaches them to the next step's connector
   metadata as `pdcheck_sent_blocks`, which the executor hands to every worker (TP rank).
+- **Scheduler, decoder side**: `get_num_new_matched_tokens` says how many prompt tokens the
+  decoder will load (its locally computed tokens plus the count it returns); `build_connector_meta`
+  hands them to the workers as `pdcheck_load_tokens`, and the worker keeps them until the load
+  finishes. The digest records carry both counts, so a prefiller that computed another extent
+  than the decoder takes as loaded (a hybrid's N-1 rule broken) is caught even when every byte
+  it sent arrived intact.
 - **Worker**: the runner calls `NixlPullConnector.bind_connector_metadata(metadata)` in every
   step, forward or not, after `_update_states` (which queues the step's block zeroing) and
   before the forward (vLLM 0.32 starts NIXL reads *after* the forward, so `start_load_kv` is
@@ -34,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pdcheck._vllm.internals import DIGEST_NAMES, missing_names, vllm_version
-from pdcheck._vllm.worker import LoadedGroup, request_groups
+from pdcheck._vllm.worker import LOAD_TOKENS_ATTR, LoadedGroup, request_groups
 from pdcheck.contracts import environment
 from pdcheck.errors import ConfigError, VllmIncompatible
 
@@ -50,6 +56,7 @@ _CONNECTOR = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector"
 # The attribute the scheduler hook sets on NixlConnectorMetadata (a plain picklable object).
 SENT_BLOCKS_ATTR = "pdcheck_sent_blocks"
 _PENDING_ATTR = "_pdcheck_sent_pending"
+_PENDING_LOADS_ATTR = "_pdcheck_load_tokens_pending"
 _WRAPPED_MARK = "_pdcheck_digest_wrapped"
 
 
@@ -100,7 +107,17 @@ def install_sent_blocks_hooks(on_step_start: Callable[[list[SentRequest]], None]
         return
     request_finished = scheduler_cls.request_finished
     build_connector_meta = scheduler_cls.build_connector_meta
+    get_num_new_matched_tokens = scheduler_cls.get_num_new_matched_tokens
     bind_connector_metadata = connector_cls.bind_connector_metadata
+
+    @functools.wraps(get_num_new_matched_tokens)
+    def matched(self, request, num_computed_tokens):
+        count, load_async = get_num_new_matched_tokens(self, request, num_computed_tokens)
+        params = request.kv_transfer_params
+        if load_async and count and params and params.get("do_remote_prefill"):
+            pending = self.__dict__.setdefault(_PENDING_LOADS_ATTR, {})
+            pending[request.request_id] = int(num_computed_tokens) + int(count)
+        return count, load_async
 
     @functools.wraps(request_finished)
     def finished(self, request, block_ids):
@@ -117,6 +134,7 @@ def install_sent_blocks_hooks(on_step_start: Callable[[list[SentRequest]], None]
     def build(self, scheduler_output):
         meta = build_connector_meta(self, scheduler_output)
         setattr(meta, SENT_BLOCKS_ATTR, self.__dict__.pop(_PENDING_ATTR, {}))
+        setattr(meta, LOAD_TOKENS_ATTR, self.__dict__.pop(_PENDING_LOADS_ATTR, {}))
         return meta
 
     @functools.wraps(bind_connector_metadata)
@@ -125,6 +143,8 @@ def install_sent_blocks_hooks(on_step_start: Callable[[list[SentRequest]], None]
         worker = connector.connector_worker
         if worker is None:
             return
+        loads = worker.__dict__.setdefault(LOAD_TOKENS_ATTR, {})
+        loads.update(getattr(metadata, LOAD_TOKENS_ATTR, {}))
         sent = getattr(metadata, SENT_BLOCKS_ATTR, {})
         on_step_start(
             [
@@ -149,4 +169,5 @@ def install_sent_blocks_hooks(on_step_start: Callable[[list[SentRequest]], None]
     setattr(bind, _WRAPPED_MARK, True)
     scheduler_cls.request_finished = finished
     scheduler_cls.build_connector_meta = build
+    scheduler_cls.get_num_new_matched_tokens = matched
     connector_cls.bind_connector_metadata = bind

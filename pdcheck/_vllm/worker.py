@@ -35,6 +35,7 @@ from pdcheck._vllm.internals import vllm_version
 from pdcheck.errors import VllmIncompatible
 
 __all__ = [
+    "LOAD_TOKENS_ATTR",
     "NIXL_API_MODULES",
     "LoadedGroup",
     "LoadedRequest",
@@ -63,6 +64,10 @@ _WORKER_ATTRS = (
 # Methods the hook wraps, with the parameters vLLM calls them with.
 _WORKER_METHODS = {"get_transfer_results": ["self"], "register_kv_caches": ["self", "kv_caches"]}
 _WRAPPED_MARK = "_pdcheck_wrapped"
+# Decoder: request id -> prompt tokens its KV holds once the load finishes, carried from the
+# scheduler by the digest hooks (pdcheck._vllm.kv_digest_hooks) in the connector metadata and
+# kept on the connector worker until the load finishes.
+LOAD_TOKENS_ATTR = "pdcheck_load_tokens"
 
 # The module that builds NIXL agents: nixl's top package re-exports one of these backends
 # (`nixl/__init__.py` puts the real one in sys.modules["nixl._api"]).
@@ -93,6 +98,9 @@ class LoadedRequest:
     tp_size: int = 1
     remote_tp_size: int = 1
     kv_cache_layout: str = ""
+    # The prompt tokens the decoder takes this load to hold (the digest hooks carry it from its
+    # scheduler); None without them.
+    load_tokens: int | None = None
 
 
 def check_worker_names() -> None:
@@ -192,6 +200,7 @@ def _loaded_request(worker: Any, request_id: str, meta: Any) -> LoadedRequest:
         tp_size=int(worker.world_size),
         remote_tp_size=int(meta.tp_size),
         kv_cache_layout=str(worker.kv_cache_layout),
+        load_tokens=worker.__dict__.get(LOAD_TOKENS_ATTR, {}).pop(request_id, None),
     )
 
 

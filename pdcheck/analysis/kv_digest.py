@@ -25,6 +25,7 @@ from typing import Any
 
 __all__ = [
     "DigestMismatch",
+    "ExtentMismatch",
     "KvDigestSummary",
     "digest_regression_reason",
     "join_digests",
@@ -47,6 +48,17 @@ class DigestMismatch:
 
 
 @dataclass(frozen=True)
+class ExtentMismatch:
+    """A load the two sides disagree on: the decoder takes it to hold another number of prompt
+    tokens than the prefiller computed (a hybrid's N-1 rule broken on one side)."""
+
+    question: int | None
+    x_request_id: str
+    decoder_tokens: int
+    prefiller_tokens: int
+
+
+@dataclass(frozen=True)
 class KvDigestSummary:
     """The join of one unit's digests: what was checked and what differed."""
 
@@ -60,6 +72,9 @@ class KvDigestSummary:
     # Blocks one side digested and the other did not (the two disagree on the transfer's extent).
     unpaired_blocks: int = 0
     refused: str | None = None  # why nothing was compared
+    # Loads whose token count differs between the two sides (every one counted, the first kept).
+    n_extent_mismatches: int = 0
+    extent_mismatches: tuple[ExtentMismatch, ...] = ()
 
 
 def join_digests(
@@ -71,12 +86,14 @@ def join_digests(
     lines of other runs are harmless (nothing joins them).
     """
     prefill: dict[tuple[str, int], dict[tuple[int, int], str]] = {}
+    prefill_tokens: dict[tuple[str, int], int | None] = {}
     decode = []
     for record in records:
         side = record.get("side")
         if side == "prefill":
             key = (str(record["prefill_request_id"]), int(record["tp_rank"]))
             prefill[key] = _blocks(record)
+            prefill_tokens[key] = record.get("num_tokens")
         elif side == "decode":
             if run_tag is None or str(record["x_request_id"]).startswith(f"{run_tag}-q"):
                 decode.append(record)
@@ -87,12 +104,20 @@ def join_digests(
         return KvDigestSummary(0, 0, 0, (), (), refused=refused)
     requests = blocks = unmatched = unpaired = 0
     mismatches: list[DigestMismatch] = []
+    extents: list[ExtentMismatch] = []
     for record in decode:
-        theirs = prefill.get((str(record["prefill_request_id"]), int(record["tp_rank"])))
+        key = (str(record["prefill_request_id"]), int(record["tp_rank"]))
+        theirs = prefill.get(key)
         if theirs is None:
             unmatched += 1
             continue
         requests += 1
+        loaded, computed = record.get("load_tokens"), prefill_tokens[key]
+        if loaded is not None and computed is not None and int(loaded) != int(computed):
+            x_request_id = str(record["x_request_id"])
+            extents.append(
+                ExtentMismatch(_question(x_request_id), x_request_id, int(loaded), int(computed))
+            )
         for (group, position), digest in _blocks(record).items():
             expected = theirs.get((group, position))
             if expected is None:
@@ -120,23 +145,41 @@ def join_digests(
         mismatches=tuple(mismatches[:_EXAMPLES]),
         unmatched_requests=unmatched,
         unpaired_blocks=unpaired,
+        n_extent_mismatches=len(extents),
+        extent_mismatches=tuple(extents[:_EXAMPLES]),
     )
 
 
 def digest_regression_reason(summary: KvDigestSummary | None) -> str | None:
     """On a clean arm: why the digests alone make this level a REGRESSION, or None when they do not.
 
-    The hook for judging: any mismatch is corruption the accuracy test may have out-voted.
+    The hook for judging: any mismatch is corruption the accuracy test may have out-voted, and a
+    load the two sides disagree on the extent of is one the decoder reads as something it is not.
     """
-    if summary is None or summary.refused is not None or summary.n_mismatches == 0:
+    if summary is None or summary.refused is not None:
         return None
-    first = summary.mismatches[0]
-    where = f"q{first.question:05d}" if first.question is not None else first.x_request_id
-    return (
-        f"{summary.n_mismatches} of {summary.blocks_checked} KV blocks differ between prefiller "
-        f"and decoder ({len(summary.mismatched_questions)} questions; first {where}, group "
-        f"{first.group}, block {first.position})"
-    )
+    reasons = []
+    if summary.n_mismatches:
+        first = summary.mismatches[0]
+        reasons.append(
+            f"{summary.n_mismatches} of {summary.blocks_checked} KV blocks differ between "
+            f"prefiller and decoder ({len(summary.mismatched_questions)} questions; first "
+            f"{_where(first.question, first.x_request_id)}, group {first.group}, block "
+            f"{first.position})"
+        )
+    if summary.n_extent_mismatches:
+        e = summary.extent_mismatches[0]
+        reasons.append(
+            f"{summary.n_extent_mismatches} of {summary.requests_checked} loads hold another "
+            f"number of prompt tokens than the decoder takes them to (first "
+            f"{_where(e.question, e.x_request_id)}: prefiller {e.prefiller_tokens}, decoder "
+            f"{e.decoder_tokens})"
+        )
+    return "; ".join(reasons) or None
+
+
+def _where(question: int | None, x_request_id: str) -> str:
+    return f"q{question:05d}" if question is not None else x_request_id
 
 
 def _blocks(record: Mapping[str, Any]) -> dict[tuple[int, int], str]:

@@ -22,10 +22,13 @@ from pydantic import (
     model_validator,
 )
 
+from pdcheck.contracts.mutants import MUTANTS
+
 SCHEMA_VERSION: Final = 1
 
 FIX_NAMES = ("block-reuse", "zeroing")
 INJECTION_KINDS = ("zero-loaded-kv", "stale-kv")
+# Test-only mutants of vLLM's PD code (pdcheck/_vllm/serving_mutants.py says what each breaks).
 TASKS = ("gsm8k", "gsm8k-synth")
 STYLES = ("vllm", "lm-eval", "chat")
 ENGINES = ("pdcheck", "lm-eval")
@@ -76,6 +79,8 @@ class ArmSpec(_Strict):
     # "<kind>:<fraction>", e.g. "zero-loaded-kv:0.5"; applied on the decoder only.
     inject: str | None = None
     inject_seed: int = 0
+    # Test-only: one of MUTANTS, applied in the PD servers (pdcheck's own mutant tests).
+    mutant: str | None = None
     environment: str | None = None
     # PD servers run with prefix caching on, whatever the model's serve args say: a decoder's
     # own prefix-cache hit then makes its remote read partial (only the blocks after the hit).
@@ -88,7 +93,9 @@ class ArmSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _injection_is_a_canary(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("inject") is not None:
+        if isinstance(data, dict) and (
+            data.get("inject") is not None or data.get("mutant") is not None
+        ):
             return {**data, "canary": True}
         return data
 
@@ -101,6 +108,16 @@ class ArmSpec(_Strict):
                 "to questions that were never injected"
             )
         return self
+
+    @field_validator("mutant")
+    @classmethod
+    def _known_mutant(cls, value: str | None) -> str | None:
+        if value is not None and value not in MUTANTS:
+            raise ValueError(
+                f"unknown mutant {value!r}; allowed: {', '.join(MUTANTS)} (test-only, for "
+                "pdcheck's own mutant tests)"
+            )
+        return value
 
     @field_validator("inject")
     @classmethod
@@ -237,6 +254,11 @@ class ServingSettings(_Strict):
     # vLLM's batch invariance on every server of a cell where it holds, and a clean divergence
     # from the baseline judged as a REGRESSION with no margin (pdcheck/contracts/batch_invariance.py).
     bit_exact: bool = False
+    # Window amplifiers (docs/vllm-plugin.md): a decoder's NIXL reads land this many ms after
+    # they are posted, and the PD servers' KV pool holds only this many blocks, so freed blocks
+    # are handed out again at once.
+    kv_land_delay_ms: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    kv_pool_blocks: Annotated[int, Field(ge=1)] | None = None
 
 
 class RaceSettings(_Strict):

@@ -78,6 +78,20 @@ KV_DIGEST = EnvVar(
     True,
     "digests of each transferred KV block, taken on the prefiller and on the decoder at first use",
 )
+KV_LAND_DELAY_MS = EnvVar(
+    "PDCHECK_KV_LAND_DELAY_MS",
+    Reader.PLUGIN,
+    True,
+    "a decoder's NIXL reads land in its KV blocks this many milliseconds after they are posted "
+    "(a window amplifier)",
+)
+# Test-only: pdcheck's own mutant tests set it; a user sweep has no business with it.
+MUTANT = EnvVar(
+    "PDCHECK_MUTANT",
+    Reader.PLUGIN,
+    True,
+    "a deliberately broken copy of vLLM's PD code (test-only, pdcheck's mutant tests)",
+)
 VLLM_FORKSERVER = EnvVar(
     "PDCHECK_VLLM_FORKSERVER",
     Reader.LAUNCHER,
@@ -130,6 +144,8 @@ PLUGIN_VARS = (
     SHM_SPIN_SLEEP_US,
     ENGINE_CORE_START,
     KV_DIGEST,
+    KV_LAND_DELAY_MS,
+    MUTANT,
 )
 REGISTRY = {
     var.name: var

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pdcheck.analysis.injection import injection_precision
-from pdcheck.analysis.kv_digest import DigestMismatch
+from pdcheck.analysis.kv_digest import DigestMismatch, ExtentMismatch
 from pdcheck.contracts.plugin_files import InjectionRecord
 from pdcheck.report.sections import table
 from pdcheck.results.load import CellResult, RunResults
@@ -51,6 +51,20 @@ def kv_integrity_section(run: RunResults) -> str | None:
                 f"- {cell} c{c}: {_where(m)}, group {m.group}, block {m.position}, TP rank {m.tp_rank}"
                 for cell, c, m in first[:_FIRST]
             )
+        )
+    extents = [
+        f"- {cell.name} c{c}: {kv.kv_digest.n_extent_mismatches} loads; first "
+        f"{_where(e)}: prefiller computed {e.prefiller_tokens} tokens, decoder took "
+        f"{e.decoder_tokens}"
+        for cell in run.cells
+        for (c, _r), kv in sorted(cell.kv.items())
+        if kv.kv_digest is not None
+        for e in kv.kv_digest.extent_mismatches[:1]
+    ]
+    if extents:
+        parts.append(
+            "Loads whose prompt-token count differs between prefiller and decoder (the decoder "
+            "reads the blocks as another prefix than the one written):\n\n" + "\n".join(extents)
         )
     parts += [f"Not compared: {r}" for r in refusals]
     if any(cell.kv and not _has_digests(cell) for cell in run.cells):
@@ -105,5 +119,5 @@ def _questions(questions: Sequence[int]) -> str:
     return (shown + (f" (+{more})" if more > 0 else "")) or "–"
 
 
-def _where(m: DigestMismatch) -> str:
+def _where(m: DigestMismatch | ExtentMismatch) -> str:
     return f"q{m.question:05d}" if m.question is not None else m.x_request_id

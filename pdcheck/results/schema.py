@@ -24,6 +24,7 @@ from pdcheck.analysis.injection import InjectionPrecision
 from pdcheck.analysis.kv_digest import KvDigestSummary
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.sequential import EarlyStop
+from pdcheck.analysis.transfer_evidence import PrefillerLogEvents
 from pdcheck.analysis.verdict import CellVerdict, Outcome, Status, Verdict
 from pdcheck.config.cells import Side
 from pdcheck.contracts.plugin_files import InjectionRecord
@@ -171,6 +172,8 @@ class KvEvidence(msgspec.Struct, frozen=True, kw_only=True):
     injections: tuple[InjectionRecord, ...] | None = None
     # The join of the PD servers' KV digests (serving.kv_digest); None when no server wrote any.
     kv_digest: KvDigestSummary | None = None
+    # Release events in the prefillers' logs over the unit; None when pdcheck has no logs (attach).
+    prefiller_events: PrefillerLogEvents | None = None
 
 
 class KvFile(Stamped, frozen=True, kw_only=True):

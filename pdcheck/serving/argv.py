@@ -140,6 +140,9 @@ def build_serve_argv(
     ]
     if role != "baseline":
         base += ["--kv-transfer-config", kv_transfer_config(cell, role=role)]
+        if cell.serving.kv_pool_blocks is not None:
+            # A window amplifier: a pool this small hands freed blocks out again at once.
+            base += ["--num-gpu-blocks-override", str(cell.serving.kv_pool_blocks)]
     # Explicit both ways: vLLM quietly turns a defaulted async off in some configurations, but
     # fails at start-up when it cannot honour an explicit --async-scheduling.
     base.append("--async-scheduling" if cell.async_scheduling else "--no-async-scheduling")
@@ -282,6 +285,10 @@ def plugin_env(
         env[environment.INJECT_SEED.name] = str(arm.inject_seed)
     if cell.serving.kv_digest and role != "baseline" and plugin_dir is not None:
         env[environment.KV_DIGEST.name] = "1"
+    if cell.serving.kv_land_delay_ms is not None and role == "decode":
+        env[environment.KV_LAND_DELAY_MS.name] = str(cell.serving.kv_land_delay_ms)
+    if arm.mutant is not None and role != "baseline":
+        env[environment.MUTANT.name] = arm.mutant
     if platform == "cpu" and role != "baseline":
         env[environment.NIXL_PTHR_DELAY_US.name] = str(CPU_NIXL_PTHR_DELAY_US)
     if platform == "cpu":
@@ -328,7 +335,9 @@ def with_pdcheck_plugin(allowed: str) -> str:
 
 def arm_needs_plugin(cell: Cell) -> bool:
     """True when the arm means nothing unless pdcheck's plugin is active in the PD servers."""
-    return bool(cell.arm.disable_fixes) or cell.arm.inject is not None
+    return (
+        bool(cell.arm.disable_fixes) or cell.arm.inject is not None or cell.arm.mutant is not None
+    )
 
 
 def apply_overrides(argv: Sequence[str], overrides: Sequence[str]) -> list[str]:

@@ -92,6 +92,10 @@ class KvTransferMetrics:
     # Prompt tokens a decoder found in its own prefix cache: beside external tokens, each is
     # part of a partial prefix hit (the read covered only the blocks after it).
     local_cache_hit_tokens: float = 0.0
+    # Engines exporting NIXL's counters at all (vLLM exports them, at 0, from start-up): without
+    # them, 0 transfers says nothing (another connector, or a stand-in server). Not a counter:
+    # a delta keeps the later reading's value.
+    nixl_engines: float = 0.0
 
     @classmethod
     def from_prometheus(cls, text: str) -> KvTransferMetrics:
@@ -107,11 +111,13 @@ class KvTransferMetrics:
             local_cache_hit_tokens=_total(
                 samples, PROMPT_TOKENS_BY_SOURCE, source="local_cache_hit"
             ),
+            nixl_engines=float(sum(1 for n, _, _ in samples if n == NIXL_XFER_COUNT)),
         )
 
     def minus(self, before: KvTransferMetrics) -> KvTransferMetrics:
         """What happened between `before` and this reading."""
-        return KvTransferMetrics(**{k: v - getattr(before, k) for k, v in asdict(self).items()})
+        deltas = {k: v - getattr(before, k) for k, v in asdict(self).items()}
+        return KvTransferMetrics(**(deltas | {"nixl_engines": self.nixl_engines}))
 
     def plus(self, other: KvTransferMetrics) -> KvTransferMetrics:
         return KvTransferMetrics(**{k: v + getattr(other, k) for k, v in asdict(self).items()})

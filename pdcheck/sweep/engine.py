@@ -24,6 +24,7 @@ import msgspec
 
 from pdcheck.analysis.kv_digest import KvDigestSummary, join_digests
 from pdcheck.analysis.sequential import SequentialTest
+from pdcheck.analysis.transfer_evidence import PrefillerLogEvents, count_prefiller_log_events
 from pdcheck.analysis.verdict import Outcome
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.contracts.plugin_files import DIGESTS_FILE, INJECTIONS_FILE, InjectionRecord
@@ -355,6 +356,7 @@ class Engine:
         self._set(cell, f"eval {unit.side} c{unit.concurrency} r{unit.repeat}")
         kv = endpoints if unit.side == "pd" else None
         before = _scrape(kv) if kv is not None else None
+        log_offsets = _prefiller_log_sizes(kv) if kv is not None else None
         stopper = self._stopper(cell, cs, unit)
 
         def watchdog() -> None:
@@ -397,6 +399,7 @@ class Engine:
                 metrics_urls=tuple(kv.decoder_metrics_urls),
                 injections=_injections(kv, unit.run_tag),
                 kv_digest=_kv_digest(kv, unit.run_tag),
+                prefiller_events=_prefiller_events(log_offsets),
             )
             cs.write_kv(unit.concurrency, unit.repeat, evidence)
         cs.write_unit_summary(unit.side, unit.concurrency, unit.repeat, summary, early_stop=stop)
@@ -494,6 +497,36 @@ def _kv_deltas(
 ) -> tuple[KvTransferMetrics, ...]:
     """Per-decoder deltas over the unit; empty means no metrics URL (attach without one)."""
     return tuple(a.minus(b) for a, b in zip(after, before or [], strict=False))
+
+
+def _prefiller_log_sizes(endpoints: Endpoints) -> dict[str, int] | None:
+    """Each prefiller log's size now, where the unit's stretch of it starts; None when attached."""
+    if endpoints.started is None:
+        return None
+    return {
+        s.log_path: _size(Path(s.log_path))
+        for s in endpoints.started.servers
+        if s.role == "prefill"
+    }
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.is_file() else 0
+
+
+def _prefiller_events(offsets: dict[str, int] | None) -> PrefillerLogEvents | None:
+    """The release events the prefillers logged since `offsets` (a later unit starts after)."""
+    if offsets is None:
+        return None
+    events = PrefillerLogEvents()
+    for path, start in offsets.items():
+        log = Path(path)
+        if log.is_file():
+            with log.open("rb") as f:
+                f.seek(start)
+                text = f.read().decode("utf-8", "replace")
+            events = events.plus(count_prefiller_log_events(text))
+    return events
 
 
 def _kv_digest(endpoints: Endpoints, run_tag: str) -> KvDigestSummary | None:

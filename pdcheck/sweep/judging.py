@@ -23,6 +23,7 @@ from pdcheck.analysis.injection import InjectionPrecision
 from pdcheck.analysis.kv_digest import digest_regression_reason
 from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.sequential import SequentialTest, sequential_result
+from pdcheck.analysis.transfer_evidence import transfer_evidence
 from pdcheck.analysis.verdict import (
     CellVerdict,
     Outcome,
@@ -239,7 +240,9 @@ def judge_level(
         decision=decision,
         kv_transferred_tokens=kv_tokens(result.kv, concurrency),
     )
-    verdict = _with_digests(cell, verdict, [result.kv.get((concurrency, r)) for r in repeats])
+    evidence = [result.kv.get((concurrency, r)) for r in repeats]
+    verdict = _with_digests(cell, verdict, evidence)
+    verdict = _with_transfer_evidence(verdict, evidence)
     exact = level_exact_check(cell, result.servers, runs)
     verdict = _with_exactness(cell, concurrency, verdict, exact)
     injection = None
@@ -318,6 +321,31 @@ def _with_digests(
         reason = digest_regression_reason(kv.kv_digest if kv is not None else None)
         if reason is not None:
             return replace(verdict, verdict=Verdict.REGRESSION, reason=f"KV digests: {reason}")
+    return verdict
+
+
+def _with_transfer_evidence(
+    verdict: CellVerdict, evidence: Sequence[KvEvidence | None]
+) -> CellVerdict:
+    """A level whose decoders loaded KV tokens with no NIXL read completed is a REGRESSION;
+    one whose prefillers released blocks unread, or saw reads of released blocks, is at least
+    SUSPECT (`analysis.transfer_evidence` says why the two differ). Never over an INFRA-ERROR,
+    and a REGRESSION keeps its own reason."""
+    if verdict.verdict in (Verdict.REGRESSION, Verdict.INFRA_ERROR):
+        return verdict
+    suspect = None
+    for kv in evidence:
+        if kv is None:
+            continue
+        found = transfer_evidence(kv.decoders, kv.prefiller_events)
+        reason = found.regression_reason()
+        if reason is not None:
+            return replace(
+                verdict, verdict=Verdict.REGRESSION, reason=f"transfer evidence: {reason}"
+            )
+        suspect = suspect or found.suspect_reason()
+    if suspect is not None and verdict.verdict is not Verdict.SUSPECT:
+        return replace(verdict, verdict=Verdict.SUSPECT, reason=f"transfer evidence: {suspect}")
     return verdict
 
 

@@ -57,6 +57,18 @@ def activate(environ: Mapping[str, str]) -> list[str]:
         applied.append(settings.inject.describe())
     if settings.kv_digest:
         applied.append("kv-digest")
+    if settings.kv_land_delay_ms is not None:
+        from pdcheck._vllm.land_delay import install_land_delay
+
+        install_land_delay(settings.kv_land_delay_ms)
+        applied.append(f"kv-land-delay-ms={settings.kv_land_delay_ms}")
+    if settings.mutant is not None:
+        from pdcheck._vllm.serving_mutants import install_mutant
+
+        # Last, outside the KV hooks: the digest hook must see what vLLM's own code decided
+        # (early-free: that the blocks were to be held), not what the mutant makes of it.
+        install_mutant(settings.mutant)
+        applied.append(f"mutant={settings.mutant}")
     if settings.plugin_dir is not None:
         from pdcheck.vllm_plugin.marker import (
             SCHEDULER_BUILT,

@@ -119,6 +119,7 @@ class KvDigester:
                 "tp_rank": request.tp_rank,
                 "tp_size": request.tp_size,
                 "remote_tp_size": request.remote_tp_size,
+                "load_tokens": request.load_tokens,
             },
             self._digest_groups(blocks),
         )

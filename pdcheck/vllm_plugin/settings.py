@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdcheck.contracts import environment
+from pdcheck.contracts.mutants import MUTANTS
 from pdcheck.errors import ConfigError
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "INJECT_SEED_VAR",
     "INJECT_VAR",
     "KV_DIGEST_VAR",
+    "KV_LAND_DELAY_VAR",
+    "MUTANT_VAR",
     "NIXL_PTHR_DELAY_VAR",
     "PLUGIN_DIR_VAR",
     "PLUGIN_VARS",
@@ -47,6 +50,8 @@ IDLE_BACKOFF_VAR = environment.IDLE_BACKOFF_MS.name
 SHM_SPIN_SLEEP_VAR = environment.SHM_SPIN_SLEEP_US.name
 ENGINE_CORE_START_VAR = environment.ENGINE_CORE_START.name
 KV_DIGEST_VAR = environment.KV_DIGEST.name
+KV_LAND_DELAY_VAR = environment.KV_LAND_DELAY_MS.name
+MUTANT_VAR = environment.MUTANT.name
 # Only these switch the plugin on (see `pdcheck.contracts.environment.PLUGIN_VARS`).
 PLUGIN_VARS = tuple(var.name for var in environment.PLUGIN_VARS)
 
@@ -57,6 +62,8 @@ MAX_NIXL_PTHR_DELAY_US = 1_000_000
 MAX_IDLE_BACKOFF_MS = 1000
 # A sleep per spin turn beyond 10 ms would add more to every model step than the step takes.
 MAX_SHM_SPIN_SLEEP_US = 10_000
+# Ten seconds: a read held longer than vLLM's KV lease (480 s) would expire; far less is useful.
+MAX_KV_LAND_DELAY_MS = 10_000
 
 
 class InjectKind(enum.StrEnum):
@@ -93,6 +100,8 @@ class PluginSettings:
     disable_fixes: str | None = None  # parsed by the race harness's switches module
     trace_dir: str | None = None  # read by the trace recorder
     kv_digest: bool = False  # digest the KV blocks a prefiller sends and a decoder loads
+    kv_land_delay_ms: int | None = None  # a decoder's reads land this long after they are posted
+    mutant: str | None = None  # test-only: one of pdcheck.contracts.mutants.MUTANTS
 
 
 def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
@@ -137,6 +146,15 @@ def parse_settings(environ: Mapping[str, str]) -> PluginSettings:
             unit="microseconds",
             hint="serving uses 50 on CPU; vLLM itself yields",
         ),
+        kv_land_delay_ms=_parse_whole(
+            environ,
+            KV_LAND_DELAY_VAR,
+            minimum=1,
+            maximum=MAX_KV_LAND_DELAY_MS,
+            unit="milliseconds",
+            hint="a window amplifier; 50 holds each read across several decode steps",
+        ),
+        mutant=_parse_mutant(environ),
         engine_core_start=_parse_engine_core_start(environ),
         plugin_dir=Path(plugin_dir) if plugin_dir is not None else None,
         disable_fixes=_non_empty(environ, DISABLE_FIXES_VAR),
@@ -156,6 +174,16 @@ def _parse_kv_digest(environ: Mapping[str, str]) -> bool:
     if raw == "1":
         return True
     raise ConfigError(f"{KV_DIGEST_VAR}={raw!r}: expected 1 (digest KV blocks) or 0 (off)")
+
+
+def _parse_mutant(environ: Mapping[str, str]) -> str | None:
+    raw = _non_empty(environ, MUTANT_VAR)
+    if raw is None or raw in MUTANTS:
+        return raw
+    raise ConfigError(
+        f"{MUTANT_VAR}={raw!r}: unknown mutant; allowed: {', '.join(MUTANTS)} "
+        "(test-only: pdcheck's mutant tests set it)"
+    )
 
 
 def _parse_engine_core_start(environ: Mapping[str, str]) -> str | None:

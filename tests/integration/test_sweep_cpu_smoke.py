@@ -18,9 +18,6 @@ check would only repeat these baselines (about 2.5 minutes of CI).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +28,7 @@ from pdcheck.config.paths import fixture_models_dir
 from pdcheck.fixtures.accuracy import recorded_serve_args
 from pdcheck.fixtures.manifest import FIXTURES_DIR
 from pdcheck.results import load_run
+from tests.integration.sweep_run import run_sweep
 
 # 40 questions: one question is 2.5 points; allow a few flips from a different CPU's rounding.
 ACCURACY_MARGIN = 0.08
@@ -91,26 +89,7 @@ def _sweep(tmp_path, model, **trim) -> Path:
             f"no {model} in {fixture_models_dir()}: run `pdcheck fixtures tiny-models` (make test does)"
         )
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pdcheck",
-            "sweep",
-            str(_trimmed_cpu_smoke(tmp_path, model, **trim)),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=580,
-        env=dict(os.environ, HF_HUB_OFFLINE="1"),
-    )
-    summary = json.loads((out / "summary.json").read_text())
-    results = {(c["name"], r["concurrency"]): r for c in summary["cells"] for r in c["results"]}
-    assert proc.returncode == 0, (
-        f"exit {proc.returncode}: {json.dumps(results, indent=1)}\n{proc.stderr[-3000:]}"
-    )
+    run_sweep(_trimmed_cpu_smoke(tmp_path, model, **trim), out)
     return out
 
 

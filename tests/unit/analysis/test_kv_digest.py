@@ -107,3 +107,28 @@ def test_unknown_side_is_an_error():
     """A line that is neither side is a corrupt log, not silently skipped."""
     with pytest.raises(ValueError, match="side 'middle'"):
         join_digests([{"side": "middle"}])
+
+
+def test_a_load_whose_token_count_differs_between_the_sides_is_an_extent_mismatch():
+    """Equal bytes but a decoder that takes the load to hold N-1 prompt tokens where the
+    prefiller computed N (a hybrid's guard broken): an extent mismatch, a regression reason
+    with both counts; equal counts, or a record without them, are none."""
+    prefill = {**_prefill("p1", [(0, ["a", "b"])]), "num_tokens": 300}
+    decode = {**_decode("run-q00003", "p1", [(0, 0, ["a", "b"])]), "load_tokens": 299}
+    summary = join_digests([prefill, decode])
+    assert summary.n_mismatches == 0 and summary.n_extent_mismatches == 1
+    (extent,) = summary.extent_mismatches
+    assert (extent.question, extent.decoder_tokens, extent.prefiller_tokens) == (3, 299, 300)
+    reason = digest_regression_reason(summary)
+    assert reason == (
+        "1 of 1 loads hold another number of prompt tokens than the decoder takes them to "
+        "(first q00003: prefiller 300, decoder 299)"
+    )
+    agreed = join_digests([prefill, {**decode, "load_tokens": 300}])
+    assert agreed.n_extent_mismatches == 0 and digest_regression_reason(agreed) is None
+    assert (
+        join_digests(
+            [prefill, _decode("run-q00003", "p1", [(0, 0, ["a", "b"])])]
+        ).n_extent_mismatches
+        == 0
+    )

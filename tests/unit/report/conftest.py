@@ -140,11 +140,13 @@ def write_run(
     analysis: dict | None = None,
     kv_digest: bool = False,
     serving: dict | None = None,
+    kv_evidence: dict | None = None,
 ) -> Path:
     """Write a finished run folder with one cell per plan; returns `root`.
 
     With `kv_digest`, each PD unit also stores a digest join: two blocks per question, one
     mismatched block per dropped question (the injected ones, on an injected arm).
+    `kv_evidence` replaces fields of every PD unit's KV evidence (the transfer evidence).
     """
     spec = SweepSpec(
         name="cpu-smoke",
@@ -206,6 +208,8 @@ def write_run(
                 )
             if kv_digest:
                 evidence = msgspec.structs.replace(evidence, kv_digest=_digests(baseline, pd, c))
+            if kv_evidence:
+                evidence = msgspec.structs.replace(evidence, **kv_evidence)
             if c not in plan.infra_at:
                 cs.write_kv(c, 0, evidence)
             judge_level(

@@ -3,6 +3,7 @@ mismatches by question, and an injected arm's digest flags scored against its in
 
 from __future__ import annotations
 
+from pdcheck.analysis.kv_digest import ExtentMismatch, KvDigestSummary
 from pdcheck.report.kv_integrity import kv_integrity_section
 from pdcheck.report.markdown import render_markdown
 from pdcheck.results.load import load_run
@@ -33,3 +34,18 @@ def test_no_digests_no_section(make_run):
     run = load_run(make_run([CellPlan("fixes-on")]))
     assert kv_integrity_section(run) is None
     assert "## KV integrity" not in render_markdown(run)
+
+
+def test_loads_the_two_sides_disagree_on_are_listed_with_both_counts(make_run):
+    """A load the decoder takes to hold another number of prompt tokens than the prefiller
+    computed is listed with both counts, though no block's bytes differ."""
+    extent = ExtentMismatch(3, "run-q00003", decoder_tokens=299, prefiller_tokens=300)
+    summary = KvDigestSummary(
+        20, 40, 0, (), (), n_extent_mismatches=20, extent_mismatches=(extent,)
+    )
+    run = load_run(
+        make_run([CellPlan("fixes-on")], concurrency=(1,), kv_evidence={"kv_digest": summary})
+    )
+    section = kv_integrity_section(run)
+    assert section is not None
+    assert "20 loads; first q00003: prefiller computed 300 tokens, decoder took 299" in section

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from pdcheck.serving.argv import (
     ServerPorts,
     apply_overrides,
@@ -446,3 +448,34 @@ def test_kv_digest_is_asked_of_pd_servers_with_a_plugin_folder_only():
     assert "PDCHECK_KV_DIGEST" not in build_env(
         make_cell(), role="decode", ports=PORTS, platform="cpu", plugin_dir="/run/p"
     )
+
+
+def test_window_amplifiers_and_mutants_reach_the_pd_servers_only():
+    """`serving.kv_land_delay_ms` is set on decoders, `serving.kv_pool_blocks` becomes
+    `--num-gpu-blocks-override` on prefill and decode, an arm's `mutant` is set on both; the
+    baseline gets none of them."""
+    cell = make_cell(
+        serving={"kv_land_delay_ms": 50, "kv_pool_blocks": 24},
+        matrix={"arms": [{"name": "m", "mutant": "early-free"}]},
+    )
+    assert cell.arm.canary, "a mutant arm is a canary"
+    env = {
+        role: build_env(cell, role=role, ports=PORTS, platform="cpu", plugin_dir=f"/run/{role}")
+        for role in ("baseline", "prefill", "decode")
+    }
+    assert env["decode"]["PDCHECK_KV_LAND_DELAY_MS"] == "50"
+    assert "PDCHECK_KV_LAND_DELAY_MS" not in env["prefill"]
+    assert env["prefill"]["PDCHECK_MUTANT"] == env["decode"]["PDCHECK_MUTANT"] == "early-free"
+    assert not any(k in env["baseline"] for k in ("PDCHECK_MUTANT", "PDCHECK_KV_LAND_DELAY_MS"))
+    for role in ("prefill", "decode"):
+        argv = build_serve_argv(cell, role=role, port=8000, platform="cpu")
+        assert argv[argv.index("--num-gpu-blocks-override") + 1] == "24"
+    assert "--num-gpu-blocks-override" not in build_serve_argv(
+        cell, role="baseline", port=8000, platform="cpu"
+    )
+
+
+def test_an_unknown_mutant_is_refused_at_load():
+    """A sweep file naming an unknown mutant fails validation, listing the known ones."""
+    with pytest.raises(ValueError, match="unknown mutant 'late-free'; allowed: early-free"):
+        make_cell(matrix={"arms": [{"name": "m", "mutant": "late-free"}]})

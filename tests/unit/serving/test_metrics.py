@@ -43,11 +43,13 @@ def test_malformed_line_is_an_error_not_zero():
 
 
 def test_kv_metrics_sum_over_engines_and_delta():
-    """External-KV tokens sum over engines; `minus` gives what one run added."""
+    """External-KV tokens sum over engines; `minus` gives what one run added, and keeps how many
+    engines export NIXL's counters (not a counter)."""
     after = KvTransferMetrics.from_prometheus(EXPOSITION)
-    assert after == KvTransferMetrics(1234.0, 20.0, 20.0, 5242880.0, 1.0, 7.0)
-    before = KvTransferMetrics(1000.0, 10.0, 15.0, 4194304.0, 1.0, 3.0)
-    assert after.minus(before) == KvTransferMetrics(234.0, 10.0, 5.0, 1048576.0, 0.0, 4.0)
+    engines = float(EXPOSITION.count("vllm:nixl_xfer_time_seconds_count"))
+    assert after == KvTransferMetrics(1234.0, 20.0, 20.0, 5242880.0, 1.0, 7.0, engines)
+    before = KvTransferMetrics(1000.0, 10.0, 15.0, 4194304.0, 1.0, 3.0, engines)
+    assert after.minus(before) == KvTransferMetrics(234.0, 10.0, 5.0, 1048576.0, 0.0, 4.0, engines)
     assert KvTransferMetrics.from_dict(after.to_dict()) == after
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 from pdcheck.analysis.power import tolerated_discordance
+from pdcheck.analysis.transfer_evidence import PrefillerLogEvents
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.cli import main
 from pdcheck.config import SweepSpec, expand_cells, load_sweep
 from pdcheck.results import load_run
 from pdcheck.results.store import CellStore, open_run
+from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.judging import (
     apply_family,
     clean_level_designs,
@@ -140,3 +142,33 @@ def test_a_clean_level_whose_kv_digests_differ_is_a_regression(tmp_path):
     assert v.reason.startswith("KV digests: 2 of 400 KV blocks differ"), v.reason
     without = write_run(tmp_path / "accuracy", plans, concurrency=(1,))
     assert load_run(without).cells[0].verdicts[1].verdict.verdict is not Verdict.REGRESSION
+
+
+def test_a_clean_level_whose_decoder_loaded_kv_with_no_read_completed_is_a_regression(tmp_path):
+    """A decoder that exports NIXL's counters reports KV tokens loaded by transfer with no read
+    completed: a load taken as finished before its read was done. The clean level is a
+    REGRESSION with the counts, though its answers all match."""
+    plans = [CellPlan("fixes-on", model="tiny-llama")]
+    loaded = KvTransferMetrics(external_kv_tokens=5000.0, nixl_engines=1.0)
+    root = write_run(tmp_path, plans, concurrency=(1,), kv_evidence={"decoders": (loaded,)})
+    v = load_run(root).cells[0].verdicts[1].verdict
+    assert v.verdict is Verdict.REGRESSION
+    assert v.reason.startswith("transfer evidence: decoders report 5000 KV tokens"), v.reason
+
+
+def test_a_clean_level_whose_prefiller_saw_reads_of_released_blocks_is_suspect(tmp_path):
+    """Reads of blocks the prefiller had released follow a lease expiry, which an overloaded
+    machine can cause: a clean level that would PASS is SUSPECT, with the count, not PASS."""
+    plans = [CellPlan("fixes-on", model="tiny-llama")]
+    read = KvTransferMetrics(
+        external_kv_tokens=5000.0, transfers=20.0, bytes_transferred=1e6, nixl_engines=1.0
+    )
+    evidence = {"decoders": (read,), "prefiller_events": PrefillerLogEvents(read_after_release=3)}
+    root = write_run(tmp_path, plans, concurrency=(1,), kv_evidence=evidence)
+    v = load_run(root).cells[0].verdicts[1].verdict
+    assert v.verdict is Verdict.SUSPECT
+    assert "3 decoder reads of KV blocks the prefiller had already released" in v.reason
+    clean = write_run(
+        tmp_path / "clean", plans, concurrency=(1,), kv_evidence={"decoders": (read,)}
+    )
+    assert load_run(clean).cells[0].verdicts[1].verdict.verdict is Verdict.PASS

@@ -138,3 +138,21 @@ def test_kv_digest_switch_parses_and_needs_a_plugin_dir():
         parse_settings({"PDCHECK_KV_DIGEST": "1"})
     with pytest.raises(ConfigError, match="expected 1"):
         parse_settings({"PDCHECK_KV_DIGEST": "yes", "PDCHECK_PLUGIN_DIR": "/p"})
+
+
+def test_mutant_switch_names_only_known_mutants():
+    """PDCHECK_MUTANT (test-only) is one of the known mutants; anything else is refused with
+    the list."""
+    assert parse_settings({"PDCHECK_MUTANT": "early-free"}).mutant == "early-free"
+    assert parse_settings({}).mutant is None
+    with pytest.raises(ConfigError, match="allowed: early-free, short-block-count") as err:
+        parse_settings({"PDCHECK_MUTANT": "late-free"})
+    assert err.value.exit_code == ExitCode.CONFIG
+
+
+@pytest.mark.parametrize("raw", ["0", "-5", "10001", "fast"])
+def test_bad_kv_land_delay_is_refused(raw):
+    """PDCHECK_KV_LAND_DELAY_MS is whole milliseconds in [1, 10000]."""
+    assert parse_settings({"PDCHECK_KV_LAND_DELAY_MS": "50"}).kv_land_delay_ms == 50
+    with pytest.raises(ConfigError, match=r"\[1, 10000\]"):
+        parse_settings({"PDCHECK_KV_LAND_DELAY_MS": raw})

@@ -1,0 +1,52 @@
+"""Transfer evidence: vLLM's prefiller log lines counted, and when the counters say a load was
+taken as finished with no read done."""
+
+from __future__ import annotations
+
+from pdcheck.analysis.transfer_evidence import (
+    PrefillerLogEvents,
+    count_prefiller_log_events,
+    transfer_evidence,
+)
+from pdcheck.serving.metrics import KvTransferMetrics
+
+# As vLLM 0.32's NIXL worker logs them (base_worker.py, pull_worker.py), with the logger prefix.
+LOG = """\
+WARNING 12-03 00:10:01 [base_worker.py:3033] Releasing expired KV blocks for request cmpl-a-0-1f2e3d4c which were retrieved by 0 remote worker(s) before lease expired.
+WARNING 12-03 00:10:02 [base_worker.py:3033] Releasing expired KV blocks for request cmpl-b-0-1f2e3d4c which were retrieved by 1 remote worker(s) before lease expired.
+ERROR 12-03 00:10:03 [pull_worker.py:668] Potentially invalid KV blocks for unrecognized request cmpl-c-0-1f2e3d4c were retrieved by a decode worker. They may have expired.
+ERROR 12-03 00:10:04 [pull_worker.py:668] Potentially invalid KV blocks for unrecognized request cmpl-d-0-1f2e3d4c were retrieved by a decode worker. They may have expired.
+INFO 12-03 00:10:05 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s
+"""
+
+
+def test_prefiller_log_events_are_counted_by_kind():
+    """Expired releases are counted, those no decoder read apart; reads of released blocks too."""
+    assert count_prefiller_log_events(LOG) == PrefillerLogEvents(
+        released_unread=1, released_expired=2, read_after_release=2
+    )
+    assert count_prefiller_log_events("") == PrefillerLogEvents()
+
+
+def test_loaded_tokens_with_no_completed_read_is_a_regression_only_with_nixl_counters():
+    """Tokens loaded with 0 reads completed is a regression when the decoder exports NIXL's
+    counters; without them (another connector, a stand-in server) 0 reads proves nothing."""
+    loaded = KvTransferMetrics(external_kv_tokens=58692.0, nixl_engines=1.0)
+    evidence = transfer_evidence([loaded], None)
+    assert evidence.loaded_without_transfer
+    assert "58692 KV tokens loaded by transfer but 0 NIXL reads" in str(
+        evidence.regression_reason()
+    )
+    other = transfer_evidence([KvTransferMetrics(external_kv_tokens=58692.0)], None)
+    assert other.regression_reason() is None
+    read = KvTransferMetrics(external_kv_tokens=58692.0, transfers=50.0, nixl_engines=1.0)
+    assert transfer_evidence([read], None).regression_reason() is None
+
+
+def test_prefiller_events_make_a_suspect_reason_with_the_counts():
+    """Released-unread and read-after-release each name their count; none, no reason."""
+    evidence = transfer_evidence([], count_prefiller_log_events(LOG))
+    reason = str(evidence.suspect_reason())
+    assert "2 decoder reads of KV blocks the prefiller had already released" in reason
+    assert "1 requests' KV blocks released by the prefiller with no decoder read" in reason
+    assert transfer_evidence([], PrefillerLogEvents()).suspect_reason() is None
