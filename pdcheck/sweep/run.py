@@ -28,7 +28,7 @@ from pdcheck.config import (
 from pdcheck.config.schema import RaceSettings
 from pdcheck.errors import ConfigError
 from pdcheck.serving.endpoints import Endpoints, attach
-from pdcheck.sweep.backends import AttachBackend, Backend
+from pdcheck.sweep.backends import AttachBackend, Backend, BackendChoice, ray_settings
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
 from pdcheck.sweep.events import EventSink
 from pdcheck.sweep.finish import RenderReport
@@ -56,6 +56,8 @@ class SweepRequest:
     # Attach mode: the user's servers (checked by `pdcheck.serving.attach` in `prepare`).
     attach: Endpoints | None = None
     options: SweepOptions = field(default_factory=SweepOptions)
+    # --backend, --ray-address, --ray-placement (over the sweep file's `ray` section).
+    backend: BackendChoice = field(default_factory=BackendChoice)
 
 
 @dataclass(frozen=True)
@@ -156,8 +158,17 @@ def check_attach_cells(cells: Sequence[Cell], *, how_to_pick: str = "--only NAME
 
 
 def make_backend(request: SweepRequest, prepared: PreparedSweep) -> Backend:
+    ray = ray_settings(prepared.spec.ray, request.backend)
     if prepared.attach is not None:
+        if ray is not None:
+            raise ConfigError(
+                "attach mode tests your servers; it starts none on Ray (drop --backend ray)"
+            )
         return AttachBackend(prepared.attach)
+    if ray is not None:
+        from pdcheck.sweep.ray_backend import RayBackend
+
+        return RayBackend.connect(prepared.cells, ray)
     from pdcheck.sweep.serving_backend import ServingBackend
 
     return ServingBackend.for_cells(prepared.cells, run_dir=prepared.out)
