@@ -18,6 +18,8 @@ import contextlib
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pdcheck.errors import ConfigError, InfraError, ServerCrashed
+from pdcheck.serving import reaper
 from pdcheck.serving.plan import ServerPlan
 from pdcheck.serving.process import ServerProcess
 from pdcheck.serving.ray_placement import GroupRequest, NodeResources, NodeSeat
@@ -97,6 +100,32 @@ def live_nodes() -> list[NodeResources]:
     ]
 
 
+# Runs the reaper as an orphan: the intermediate process exits at once, its child keeps the pipe.
+_ORPHAN = (
+    "import os, sys\n"
+    "if os.fork():\n    os._exit(0)\n"
+    "os.setsid()\n"
+    "os.execv(sys.executable, [sys.executable, '-I', *sys.argv[1:]])\n"
+)
+
+
+def _orphan_reaper() -> Any:
+    """pdcheck's reaper (`pdcheck.serving.reaper`) for this actor's server groups, as an orphan.
+
+    When a Ray worker exits (killed, or its node's raylet died), Ray SIGKILLs the worker's
+    direct children: the server's launcher, and a reaper started as a child, but not the rest
+    of the server's group (vLLM's EngineCore). An orphan reaper outlives the worker, sees its
+    pipe close and stops the groups. Returns the pipe's writing end.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-c", _ORPHAN, str(Path(reaper.__file__)), "10"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+    proc.wait()
+    return proc.stdin
+
+
 class ServerHost:
     """The actor that owns one server on its node (runs in a Ray worker process there)."""
 
@@ -107,6 +136,7 @@ class ServerHost:
         self._staging = tempfile.mkdtemp(prefix="pdcheck-ray-")
         self._process: ServerProcess | None = None
         self._seen: dict[str, tuple[int, int]] = {}
+        self._lifeline = _orphan_reaper()
 
     def seat(self) -> NodeSeat:
         import ray
@@ -133,6 +163,8 @@ class ServerHost:
             Path(self._local(str(folder))).mkdir(parents=True, exist_ok=True)
         self._process.start()
         assert self._process.pid is not None
+        self._lifeline.write(f"+{self._process.pid}\n".encode())
+        self._lifeline.flush()
         return self._process.pid
 
     def poll(self) -> tuple[int | None, list[tuple[str, int, bytes]]]:
@@ -146,7 +178,11 @@ class ServerHost:
             self._process.terminate()
 
     def stop(self) -> tuple[int | None, list[tuple[str, int, bytes]]]:
-        rc = self._process.stop() if self._process else None
+        rc = None
+        if self._process is not None:
+            rc = self._process.stop()
+            self._lifeline.write(f"-{self._process.pid}\n".encode())
+        self._lifeline.close()  # nothing left for it to stop
         changes = self._changes()
         shutil.rmtree(self._staging, ignore_errors=True)
         return rc, changes
