@@ -96,11 +96,12 @@ def main() -> None:
     finally:
         cluster.shutdown()
     local_v, ray_v = verdicts(folder / "local"), verdicts(folder / "ray")
-    print(f"{'':28} {'local':>10} {'ray':>10}")
-    print(f"{'wall time (s)':28} {local_s:10.1f} {ray_s:10.1f}")
-    print(f"{'exit code':28} {local_rc:10d} {ray_rc:10d}")
+    width = max(len(k) for k in [*local_v, "wall time (s)"])
+    print(f"{'':{width}} {'local':>10} {'ray':>10}")
+    print(f"{'wall time (s)':{width}} {local_s:10.1f} {ray_s:10.1f}")
+    print(f"{'exit code':{width}} {local_rc:10d} {ray_rc:10d}")
     for key in local_v:
-        print(f"{key:28.28} {local_v[key]:>10} {ray_v.get(key, '-'):>10}")
+        print(f"{key:{width}} {local_v[key]:>10} {ray_v.get(key, '-'):>10}")
     print(f"ray / local: {ray_s / local_s:.2f} (bar: at most 1.5); cluster start {cluster_s:.1f} s")
     print(
         json.dumps(
