@@ -191,6 +191,7 @@ def test_a_lost_node_is_named_and_its_servers_are_gone(ray_cluster, tmp_path):
     assert (tmp_path / "cell" / "logs" / "prefill-0.log").stat().st_size > 0
 
 
+@pytest.mark.ray_vllm
 @pytest.mark.timeout(900)
 def test_cross_node_smoke_passes_clean_and_flags_the_canary(ray_cluster, tmp_path):
     """P and D on different Ray nodes with KV over NIXL between them: the clean arm PASSes and
@@ -222,7 +223,7 @@ def test_cross_node_smoke_passes_clean_and_flags_the_canary(ray_cluster, tmp_pat
         assert nodes["prefill"] != nodes["decode"], f"P and D on one node: {nodes}"
 
 
-@pytest.mark.ray_faults
+@pytest.mark.ray_vllm
 @pytest.mark.timeout(900)
 def test_sigint_mid_eval_leaves_no_actor_and_no_server(ray_cluster, tmp_path):
     """Ctrl-C while a PD eval runs: pdcheck exits 130, and within 60 s no ServerHost actor and
@@ -244,7 +245,7 @@ def test_sigint_mid_eval_leaves_no_actor_and_no_server(ray_cluster, tmp_path):
     assert pd_records(out)
 
 
-@pytest.mark.ray_faults
+@pytest.mark.ray_vllm
 @pytest.mark.timeout(1200)
 def test_a_node_lost_mid_eval_is_infra_error_naming_it_and_resume_completes(ray_cluster, tmp_path):
     """A worker node killed while the PD eval runs on it: the cell is INFRA-ERROR with that
