@@ -8,9 +8,9 @@ VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 if [ -z "${EXTRAS:-}" ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    EXTRAS=gpu,lm-eval,dev
+    EXTRAS=gpu,lm-eval,ray,dev
   else
-    EXTRAS=cpu,lm-eval,dev
+    EXTRAS=cpu,lm-eval,ray,dev
   fi
 fi
 want=$(cat pyproject.toml scripts/setup-venv.sh | sha256sum | cut -c1-16)-$EXTRAS

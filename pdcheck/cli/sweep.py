@@ -89,6 +89,22 @@ When both 1 and 2 apply, the exit code is 1.
     show_default=True,
     help="On an infra failure, mark that cell INFRA-ERROR and go on, or stop the sweep.",
 )
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "ray"]),
+    help="Where the servers run: this machine (local), or the nodes of a Ray cluster (ray; "
+    "docs/ray.md). Default: ray when the sweep file has a `ray` section, else local.",
+)
+@click.option(
+    "--ray-address",
+    metavar="HOST:PORT|auto",
+    help="With --backend ray: the cluster to join (default: the file's, else a new local instance).",
+)
+@click.option(
+    "--ray-placement",
+    type=click.Choice(["same-node", "cross-node"]),
+    help="With --backend ray: prefill and decode on one node, or each server on its own node.",
+)
 @click.option("--baseline-url", help="Attach mode: your running no-PD baseline server.")
 @click.option("--pd-url", help="Attach mode: your running PD endpoint (proxy or router).")
 @click.option(
@@ -109,6 +125,9 @@ def sweep(
     gpus,
     early_stop,
     continue_on_error,
+    backend,
+    ray_address,
+    ray_placement,
     baseline_url,
     pd_url,
     decoder_metrics_url,
@@ -118,6 +137,7 @@ def sweep(
         console.print(shipped_sweeps_table())
         return
     from pdcheck.serving.endpoints import AttachNames, attach_options
+    from pdcheck.sweep.backends import BackendChoice, ray_settings
     from pdcheck.sweep.engine import SweepOptions
     from pdcheck.sweep.run import (
         SweepRequest,
@@ -154,11 +174,18 @@ def sweep(
         keyword=keyword,
         attach=attach,
         options=SweepOptions(continue_on_error=continue_on_error, early_stop=early_stop),
+        backend=BackendChoice(backend, ray_address, ray_placement),
     )
     if dry_run:
         from pdcheck.sweep.dryrun import dry_run as plan_dry_run
 
-        planned = plan_dry_run(prepare(request), check_argv=check_argv, gpus=gpus)
+        prepared = prepare(request)
+        planned = plan_dry_run(
+            prepared,
+            check_argv=check_argv,
+            gpus=gpus,
+            ray=ray_settings(prepared.spec.ray, request.backend),
+        )
         console.print(planned.text, markup=False, highlight=False, soft_wrap=True)
         raise click.exceptions.Exit(int(ExitCode.CONFIG if planned.problems else ExitCode.OK))
     with LiveDisplay() as display:

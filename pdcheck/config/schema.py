@@ -261,6 +261,21 @@ class ServingSettings(_Strict):
     kv_pool_blocks: Annotated[int, Field(ge=1)] | None = None
 
 
+# Where a PD topology's prefill and decode servers go on a Ray cluster (`--backend ray`).
+RayPlacement = Literal["same-node", "cross-node"]
+
+
+class RaySettings(_Strict):
+    """Run the sweep's servers on a Ray cluster (docs/ray.md); `--backend ray` uses these too."""
+
+    # host:port of the cluster's GCS, `auto` (the cluster this machine belongs to, or
+    # $RAY_ADDRESS), or None: a Ray instance of its own on this machine.
+    address: str | None = None
+    # same-node: each PD topology's servers on one node (STRICT_PACK); cross-node: every server
+    # on a node of its own (STRICT_SPREAD), so KV crosses the network as in production.
+    placement: RayPlacement = "cross-node"
+
+
 class RaceSettings(_Strict):
     """Run the in-process race harness as part of the sweep."""
 
@@ -286,6 +301,8 @@ class SweepSpec(_Strict):
     serving: ServingSettings = ServingSettings()
     environments: tuple[EnvironmentSpec, ...] = ()
     race: RaceSettings | None = None
+    # Present: the servers run on a Ray cluster (the same as `--backend ray`).
+    ray: RaySettings | None = None
 
     @field_validator("models")
     @classmethod

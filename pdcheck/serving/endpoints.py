@@ -34,6 +34,8 @@ class ServerRecord:
     cpu_bind: str | None
     log_path: str
     plugin_dir: str
+    # The Ray node that ran it (`--backend ray`): its id and address; None: pdcheck's machine.
+    node: str | None = None
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,9 @@ class ServerProcess:
     join the group (a vLLM fork server's fork does, `pdcheck.serving.forkserver`).
     """
 
+    # The machine that runs it, when not pdcheck's own (a Ray node: its id and address).
+    node: str | None = None
+
     def __init__(
         self,
         argv: Sequence[str],

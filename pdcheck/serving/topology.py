@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,7 @@ class RunningServer:
             cpu_bind=self.plan.cpu_bind,
             log_path=str(self.process.log_path),
             plugin_dir=str(self.plan.plugin_dir),
+            node=self.process.node,
         )
 
 
@@ -87,6 +88,11 @@ def _process(server: ServerPlan, fork_servers: ForkServers) -> RunningServer:
     return RunningServer(server, process)
 
 
+# Turns a planned server into its (not yet started) process; default: a local subprocess,
+# forked by `fork_servers` on CPU. The Ray backend passes one that runs it on a cluster node.
+Launch = Callable[[ServerPlan], ServerProcess]
+
+
 @contextlib.contextmanager
 def _running(
     servers: Sequence[ServerPlan],
@@ -95,8 +101,11 @@ def _running(
     async_scheduling: bool,
     fork_servers: ForkServers,
     wait: bool = True,
+    launch: Launch | None = None,
 ) -> Iterator[tuple[RunningServer, ...]]:
-    running = tuple(_process(s, fork_servers) for s in servers)
+    running = tuple(
+        RunningServer(s, launch(s)) if launch else _process(s, fork_servers) for s in servers
+    )
     processes = [r.process for r in running]
     stages = sorted({s.start_stage for s in servers})
     with signals_unwind(), contextlib.ExitStack() as stack:
@@ -145,6 +154,7 @@ def serve_baseline(
     *,
     ready_timeout_s: float | None = None,
     fork_servers: ForkServers = FORK_SERVERS,
+    launch: Launch | None = None,
 ) -> Iterator[Endpoints]:
     """The plan's no-PD baseline server, up until the block ends."""
     if plan.baseline is None:
@@ -154,6 +164,7 @@ def serve_baseline(
         timeout_s=_timeout(plan, ready_timeout_s),
         async_scheduling=plan.async_scheduling,
         fork_servers=fork_servers,
+        launch=launch,
     ) as running:
         yield _endpoints(plan, running)
 
@@ -186,6 +197,7 @@ def serve_pd(
     ready_timeout_s: float | None = None,
     prefills: Sequence[RunningServer] = (),
     fork_servers: ForkServers = FORK_SERVERS,
+    launch: Launch | None = None,
 ) -> Iterator[Endpoints]:
     """The plan's prefill and decode servers plus the PD proxy (in a thread), up until the block ends.
 
@@ -203,6 +215,7 @@ def serve_pd(
         timeout_s=timeout_s,
         async_scheduling=plan.async_scheduling,
         fork_servers=fork_servers,
+        launch=launch,
     ) as running:
         if prefills:  # started with serve_prefills(wait=False), or already up
             wait_all_ready([p.process for p in prefills], timeout_s=timeout_s)

@@ -12,9 +12,11 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pdcheck.config import Cell
+from pdcheck.config.schema import RayPlacement, RaySettings
+from pdcheck.errors import ConfigError
 from pdcheck.results.store import Provenance
 from pdcheck.serving.endpoints import Endpoints
 
@@ -75,3 +77,25 @@ class AttachBackend:
 
     def close(self) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """`--backend`, `--ray-address` and `--ray-placement` as given (None: not given)."""
+
+    kind: Literal["local", "ray"] | None = None
+    ray_address: str | None = None
+    ray_placement: RayPlacement | None = None
+
+
+def ray_settings(file: RaySettings | None, choice: BackendChoice) -> RaySettings | None:
+    """The Ray settings a run uses (None: the local backend): the sweep file's `ray` section,
+    selected by `--backend ray` too, with the options over the file's values."""
+    ray_options = choice.ray_address is not None or choice.ray_placement is not None
+    if choice.kind == "local" and ray_options:
+        raise ConfigError("--ray-address and --ray-placement are for --backend ray, not local")
+    if choice.kind == "local" or (choice.kind is None and file is None and not ray_options):
+        return None
+    settings = file or RaySettings()
+    updates = {"address": choice.ray_address, "placement": choice.ray_placement}
+    return settings.model_copy(update={k: v for k, v in updates.items() if v is not None})

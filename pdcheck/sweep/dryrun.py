@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pdcheck.config import level_expectation
 from pdcheck.config.cells import SIDE_ROLES
+from pdcheck.config.schema import RaySettings
 from pdcheck.sweep.judging import sizing_lines
 from pdcheck.sweep.plan import Placement, pack, plan_jobs
 from pdcheck.sweep.run import PreparedSweep
@@ -25,12 +26,21 @@ class DryRun:
     jobs: int
 
 
-def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | None = None) -> DryRun:
-    """`gpus`: plan for that many GPUs (indices 0..gpus-1) instead of the ones this machine has."""
+def dry_run(
+    prepared: PreparedSweep,
+    *,
+    check_argv: bool = True,
+    gpus: int | None = None,
+    ray: RaySettings | None = None,
+) -> DryRun:
+    """`gpus`: plan for that many GPUs (indices 0..gpus-1) instead of the ones this machine has;
+    `ray`: also show the placement group each job would ask a Ray cluster for."""
     from pdcheck.serving.argcheck import check_serve_argvs
     from pdcheck.serving.argv import cell_exactness, cell_python
     from pdcheck.serving.environment import probe_vllm
     from pdcheck.serving.gpus import Gpu, GpuInventory
+    from pdcheck.serving.plan import resolve_platform
+    from pdcheck.serving.ray_placement import group_request
     from pdcheck.serving.weights import describe_weights
     from pdcheck.sweep.serving_backend import ServingBackend
 
@@ -49,6 +59,12 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
         f"# sweep {prepared.spec.name} ({prepared.path}), {len(prepared.cells)} cells, "
         f"{len(jobs)} server starts in {len(waves)} waves; results would go to {prepared.out}"
     ]
+    if ray is not None:
+        lines.append(
+            f"# backend: ray (address {ray.address or 'a new local instance'}, placement "
+            f"{ray.placement}); each server's URL and NIXL side-channel host become its node's "
+            "address, and its GPUs are the ones Ray gives it"
+        )
     checked: dict[str, bool] = {}
     # Per python, one real argv per distinct command line (ports differ, the flags mostly do
     # not), and the servers that run it.
@@ -82,6 +98,14 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
             )
             if i == 0 and cell.serving.bit_exact:
                 lines.append(f"# {cell_exactness(cell, platform=plan.platform).describe()}")
+            if ray is not None:
+                request = group_request(
+                    cell,
+                    roles=SIDE_ROLES[placement.job.side],
+                    placement=ray.placement,
+                    platform=resolve_platform(cell, backend.inventory),
+                )
+                lines.append(request.render())
             lines.append(plan.render())
             if not check_argv:
                 continue

@@ -31,7 +31,7 @@ from pdcheck.results.load import check_run, read_run_file
 from pdcheck.results.schema import Selection, SweepInfo
 from pdcheck.results.store import Provenance, RunStore, create_run
 from pdcheck.serving.endpoints import Endpoints, attach
-from pdcheck.sweep.backends import AttachBackend, Backend
+from pdcheck.sweep.backends import AttachBackend, Backend, BackendChoice, ray_settings
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
 from pdcheck.sweep.events import EventSink, Progress
 from pdcheck.sweep.judging import clean_tests
@@ -55,6 +55,8 @@ class SweepRequest:
     # Attach mode: the user's servers (checked by `pdcheck.serving.attach` in `prepare`).
     attach: Endpoints | None = None
     options: SweepOptions = field(default_factory=SweepOptions)
+    # --backend, --ray-address, --ray-placement (over the sweep file's `ray` section).
+    backend: BackendChoice = field(default_factory=BackendChoice)
 
 
 @dataclass(frozen=True)
@@ -155,8 +157,17 @@ def check_attach_cells(cells: Sequence[Cell], *, how_to_pick: str = "--only NAME
 
 
 def make_backend(request: SweepRequest, prepared: PreparedSweep) -> Backend:
+    ray = ray_settings(prepared.spec.ray, request.backend)
     if prepared.attach is not None:
+        if ray is not None:
+            raise ConfigError(
+                "attach mode tests your servers; it starts none on Ray (drop --backend ray)"
+            )
         return AttachBackend(prepared.attach)
+    if ray is not None:
+        from pdcheck.sweep.ray_backend import RayBackend
+
+        return RayBackend.connect(prepared.cells, ray)
     from pdcheck.sweep.serving_backend import ServingBackend
 
     return ServingBackend.for_cells(prepared.cells, run_dir=prepared.out)
