@@ -46,4 +46,4 @@ def test_dry_run_shows_each_jobs_placement_group(capsys):
     text = capsys.readouterr().out
     assert "# backend: ray" in text
     assert "STRICT_SPREAD [prefill-0" in text and "STRICT_PACK [baseline-0" in text
-    assert text.count("# ray placement group (pd ") == 5
+    assert text.count("# ray placement group (pd ") == 6  # one per cell: cpu-smoke has 6
