@@ -70,6 +70,11 @@ def _first_having(homes: tuple[str, ...], attribute: str) -> ModuleType:
     sys.exit(f"no vLLM module among {', '.join(homes)} has {attribute}")
 
 
+def cli_env_setup() -> None:
+    """What `vllm`'s CLI runs before any subcommand (it sets the start method to spawn)."""
+    _first_having(CLI_ENV_SETUP_MODULES, "cli_env_setup").cli_env_setup()
+
+
 def _parser_factory() -> tuple[Callable[[], Any], Callable[[Any], None]]:
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -136,7 +141,7 @@ def build(server: ServerToCheck, new_parser, validate) -> ServeCheck:
     if server.env is not None:
         os.environ.clear()
         os.environ.update(server.env)
-    _first_having(CLI_ENV_SETUP_MODULES, "cli_env_setup").cli_env_setup()
+    cli_env_setup()
     namespace, problems = parse(server.args, new_parser, validate)
     if namespace is None:
         return ServeCheck(problems)

@@ -3,6 +3,10 @@
 `python -m pdcheck._vllm.fixes` prints `FIXES_PREFIX` then JSON: `{"fixes": {fix: bool or
 null}, "error": str or null}`.
 
+`python -m pdcheck._vllm.import_env` prints `IMPORT_ENV_PREFIX` then JSON: the variables
+importing vLLM's CLI read, set and removed (`{"read": [...], "set": {...}, "removed": [...],
+"error": str or null}`).
+
 `python -m pdcheck._vllm.serve_check`: serving sends, on the program's standard input, the `vllm serve` arguments of each server with
 the whole environment it will run in; the program answers one line, `RESULT_PREFIX` then JSON:
 per server, the problems vLLM's own parser and validation found, and, where the engine config
@@ -16,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 RESULT_PREFIX = "PDCHECK-SERVE-CHECK "
 FIXES_PREFIX = "PDCHECK-FIXES "
+IMPORT_ENV_PREFIX = "PDCHECK-IMPORT-ENV "
 
 
 @dataclass(frozen=True)
