@@ -101,7 +101,7 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
                 _server, users = pending.setdefault((python, device_type), {}).setdefault(
                     _check_key(server.argv, server.env), ((server.argv, server.env), [])
                 )
-                users.append(f"{cell.name} {server.name}")
+                users.append(f"{cell.dirname} {server.name}")
     lines += [
         "",
         *(f"# {line}" for line in sizing_lines(prepared.cells, family_size=prepared.family_size)),

@@ -247,3 +247,23 @@ def test_platform_placeholders_stand_in_only_for_compiled_extensions(gpu_decisio
         or name == "vllm.triton_utils.importing.HAS_TRITON"
         for name in stubbed
     ), stubbed
+
+
+def test_gpu_first_contact_records_vllms_decisions_and_skips_the_gpu_parts(build: Build, tmp_path):
+    """`pdcheck doctor --gpu-smoke` on the CUDA build without a GPU: the record validates against
+    its schema, holds vLLM's decisions for every server of the smoke sweep (CUDA, V2 runner,
+    spawned EngineCore), and says why the servers and the measured d were skipped."""
+    from pdcheck.cli.gpu_smoke import GpuSmokeRecord
+
+    out = tmp_path / "first-contact.json"
+    proc = build.run(["-m", "pdcheck", "doctor", "--gpu-smoke", str(out)], timeout_s=1800)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    record = GpuSmokeRecord.model_validate_json(out.read_text())
+    assert record.decisions.status == "ran", record.decisions
+    assert record.decisions.servers
+    for server in record.decisions.servers:
+        d = server.decisions
+        assert (d["device_type"], d["model_runner"], d["start_method"]) == ("cuda", "v2", "spawn")
+    for part in (record.servers, record.discordance):
+        assert part.status == "skipped" and "no NVIDIA GPU" in (part.reason or "")
+    assert record.environment["vllm"]["vllm_version"] == build.version
