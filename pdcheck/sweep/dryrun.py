@@ -3,8 +3,8 @@
 Starts nothing. Each job (a baseline, or a PD topology) is planned on the GPUs the sweep plan
 places it on, by the same `ServingBackend.plan` a run starts its servers from. When the arm's
 python can import vLLM, each `vllm serve` argv is also run through vLLM's own argument parser
-(in a subprocess of that python), and where that vLLM runs the sweep's platform, each server's
-engine config is built from its argv and environment as `vllm serve` builds it, so conflicts
+(in a subprocess of that python), and for a GPU sweep whose vLLM there runs the GPU platform,
+each server's engine config is built from its argv and environment as `vllm serve` builds it, so conflicts
 that show only then are listed before any GPU is held, with what vLLM decided for each server.
 """
 
@@ -23,8 +23,11 @@ from pdcheck.sweep.run import PreparedSweep
 ServerPlanLike = tuple[tuple[str, ...], dict[str, str]]
 
 
-# The device type vLLM reports for each platform pdcheck plans.
-DEVICE_TYPES = {"gpu": "cuda", "cpu": "cpu"}
+# The device type vLLM reports for the platforms whose servers' engine configs the dry run
+# builds: GPU only, where a conflict found now frees GPUs a failed start would hold. A CPU
+# sweep's argvs are parsed only (building its configs tripled cpu-smoke's dry run, 42 s to
+# 121 s; docs/notes/issue-31.md).
+DEVICE_TYPES = {"gpu": "cuda"}
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
     checked: dict[str, bool] = {}
     # Per python and platform, one real server per distinct command line and environment (ports
     # and plugin folders differ, the rest mostly does not), and the servers that run it.
-    pending: dict[tuple[str, str], dict[tuple, tuple[ServerPlanLike, list[str]]]] = {}
+    pending: dict[tuple[str, str | None], dict[tuple, tuple[ServerPlanLike, list[str]]]] = {}
     for cell in prepared.cells:
         lines += [
             "",
@@ -96,7 +99,7 @@ def dry_run(prepared: PreparedSweep, *, check_argv: bool = True, gpus: int | Non
             if not checked[python]:
                 lines.append(f"# argv not checked: {python} cannot import vllm")
                 continue
-            device_type = DEVICE_TYPES[plan.platform]
+            device_type = DEVICE_TYPES.get(plan.platform)
             for server in plan.servers:
                 _server, users = pending.setdefault((python, device_type), {}).setdefault(
                     _check_key(server.argv, server.env), ((server.argv, server.env), [])
