@@ -22,7 +22,7 @@ from pdcheck.serving.metrics import (
     NIXL_XFER_COUNT,
     PROMPT_TOKENS_BY_SOURCE,
 )
-from tests.contract.builds import CAPABILITIES, CAPABILITY_ENV, RELEASES, Build, full_matrix
+from tests.contract.builds import CAPABILITY_ENV, RELEASES, Build, full_matrix
 
 # One xdist worker runs the tier, so a cold cache installs each build once and the tier's
 # vLLM imports do not compete with each other on a 2-core machine.
@@ -57,7 +57,7 @@ def test_doctor_reads_version_commit_and_fixes_from_the_build(build: Build):
 
 
 # `pdcheck sweep --dry-run`'s own planning and checking, run on the build: every distinct server
-# of each sweep through vLLM's parser and `create_engine_config()` on the CUDA platform.
+# of the sweep through vLLM's parser and `create_engine_config()` on the CUDA platform.
 _DRY_RUNS = """
 import json, sys
 from dataclasses import asdict
@@ -75,41 +75,64 @@ for name in sys.argv[2:]:
     }
 print("PDCHECK-CONTRACT " + json.dumps(out))
 """
-CHECKED_SWEEPS = list(GPU_SWEEPS) if full_matrix() else ["pr"]
-CHECKED_CAPABILITIES = CAPABILITIES if full_matrix() else CAPABILITIES[:1]
-SWEEP_CASES = [(sm, sweep) for sm in CHECKED_CAPABILITIES for sweep in CHECKED_SWEEPS]
+# `make test`: the PR sweep at 8.0. The whole matrix: every GPU sweep at 8.0, and the PR sweep
+# at 9.0 too (a sweep's servers build in 2-15 min on a loaded 2-core box; 9.0 differs from 8.0
+# in what vLLM imports, not in what a sweep asks).
+SWEEP_CASES = (
+    [("8.0", sweep) for sweep in GPU_SWEEPS] + [("9.0", "pr")] if full_matrix() else [("8.0", "pr")]
+)
+# vLLM inspects Qwen3.5 (a vision-language architecture) by importing its model module, which
+# needs torchvision; the CPU venv the builds run on has none, and PyPI's torchvision is the
+# CUDA build, whose operators do not load on CPU torch (docs/notes/issue-31.md).
+NEEDS_TORCHVISION = {"nixl-hybrid", "qwen35-moe-repro"}
 
 
 @pytest.fixture(scope="session")
-def engine_configs(build: Build, tmp_path_factory) -> dict[tuple[str, str], dict]:
-    """What the dry run found and vLLM decided for every server of each checked GPU sweep, per
-    simulated compute capability: one subprocess (one vLLM import per sweep) per capability."""
-    found = {}
-    for sm in CHECKED_CAPABILITIES:
-        out = tmp_path_factory.mktemp(f"dry-run-{sm}")
-        proc = build.run(
-            ["-c", _DRY_RUNS, str(out), *CHECKED_SWEEPS],
-            timeout_s=3600,
-            **{CAPABILITY_ENV: sm},
-        )
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PDCHECK-CONTRACT ")]
-        if not lines:
-            pytest.fail(f"the dry runs did not run on the build at SM {sm}:\n{proc.stderr[-3000:]}")
-        for sweep, result in json.loads(lines[-1].removeprefix("PDCHECK-CONTRACT ")).items():
-            found[sm, sweep] = result
-    return found
+def engine_configs(build: Build, tmp_path_factory):
+    """What the dry run found and vLLM decided for every server of a checked GPU sweep at a
+    simulated compute capability: one subprocess (one vLLM import) per pair, run when first asked."""
+    found: dict[tuple[str, str], dict] = {}
+
+    def get(sm: str, sweep: str) -> dict:
+        if (sm, sweep) not in found:
+            out = tmp_path_factory.mktemp(f"dry-run-{sm}-{sweep}")
+            proc = build.run(
+                ["-c", _DRY_RUNS, str(out), sweep], timeout_s=900, **{CAPABILITY_ENV: sm}
+            )
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PDCHECK-CONTRACT ")]
+            if not lines:
+                pytest.fail(
+                    f"the dry run of {sweep} did not run at SM {sm}:\n{proc.stderr[-3000:]}"
+                )
+            found[sm, sweep] = json.loads(lines[-1].removeprefix("PDCHECK-CONTRACT "))[sweep]
+        return found[sm, sweep]
+
+    return get
 
 
 def _decisions(result: dict) -> dict[str, dict]:
-    return {users: c["decisions"] for users, c in result["checks"].items()}
+    """The servers whose config was built, and what vLLM decided for each."""
+    return {users: c["decisions"] for users, c in result["checks"].items() if c["decisions"]}
 
 
-@pytest.mark.parametrize(("sm", "sweep"), SWEEP_CASES)
+@pytest.mark.parametrize(
+    ("sm", "sweep"),
+    [
+        pytest.param(
+            sm,
+            sweep,
+            marks=pytest.mark.xfail(
+                sweep in NEEDS_TORCHVISION, reason="Qwen3.5 needs torchvision", strict=True
+            ),
+        )
+        for sm, sweep in SWEEP_CASES
+    ],
+)
 def test_every_server_of_the_sweep_builds_its_engine_config(engine_configs, sm, sweep):
     """Every distinct server of the sweep, from its exact argv and environment, passes vLLM's
     parser and validation and gets an engine config from `create_engine_config()`, KV connector
     included, on the CUDA platform: no problem, nothing left unbuilt."""
-    result = engine_configs[sm, sweep]
+    result = engine_configs(sm, sweep)
     assert result["problems"] == []
     assert result["checks"], "the dry run checked no server"
     unbuilt = {u: c["not_built"] for u, c in result["checks"].items() if c["decisions"] is None}
@@ -121,7 +144,9 @@ def test_gpu_servers_get_the_v2_runner_and_a_spawned_engine_core(engine_configs,
     """What vLLM decides for a GPU box with Triton: the V2 model runner (where the KV-load hook
     and new-block zeroing live), and an EngineCore started with spawn, which `vllm serve`'s
     `cli_env_setup()` sets; async scheduling as the cell asked; NIXL on every PD server."""
-    for users, d in _decisions(engine_configs[sm, sweep]).items():
+    decided = _decisions(engine_configs(sm, sweep))
+    assert decided or sweep in NEEDS_TORCHVISION, "no server's config was built"
+    for users, d in decided.items():
         assert (d["device_type"], d["model_runner"], d["start_method"]) == (
             "cuda",
             "v2",
@@ -143,7 +168,7 @@ def test_hybrid_nixl_servers_run_the_conv_state_layout_nixl_needs(
     )
     wrong = {
         users: d["conv_state_layout"]
-        for users, d in _decisions(engine_configs[sm, sweep]).items()
+        for users, d in _decisions(engine_configs(sm, sweep)).items()
         if d["conv_state_layout"] is not None
         and d["kv_connector"]
         and d["conv_state_layout"] != "DS"
