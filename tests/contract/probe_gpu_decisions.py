@@ -5,9 +5,10 @@ plugin answers the GPU queries for eight A100s), never written down here:
 - the executor vLLM picks at TP 1 and TP 2, and the process that then hosts the worker;
 - the SSM conv-state layout a hybrid model gets when nothing sets it;
 - whether async scheduling is on by default;
-- how `vllm serve`'s API server starts its EngineCore (the multiprocessing start method).
-No KV connector is configured: on the CUDA platform, importing NIXL's connector reaches the
-quantization utils, which query the CUTLASS kernels at import time (see probe_names.py).
+- how `vllm serve`'s API server starts its EngineCore (the multiprocessing start method), once
+  the CLI's `cli_env_setup()` and the platform's config hook have run, as in `vllm serve`.
+Every server of the shipped GPU sweeps, with its NIXL connector, is built by the dry-run tests
+(`pdcheck._vllm.serve_check`); this probe adds what a config does not hold (the process names).
 """
 
 from __future__ import annotations
@@ -69,27 +70,32 @@ def conv_state_layout() -> str:
 
 
 def engine_core_start_method() -> str:
-    """The method of `get_mp_context()`, which starts the EngineCore, once the platform's config hook ran."""
+    """The method of `get_mp_context()`, which starts the EngineCore, as `vllm serve` has it:
+    after the CLI's `cli_env_setup()`, then the platform's config hook."""
     from vllm.utils.system_utils import get_mp_context
 
+    from pdcheck._vllm.serve_check import cli_env_setup
+
+    cli_env_setup()
     _config("attention")  # the platform's check_and_update_config runs here, as in a server
     return get_mp_context().get_start_method()
 
 
 def main() -> None:
     import vllm
-    from pdcheck_contract_platform import PLACEHOLDERS
+    from pdcheck_contract_platform import PLACEHOLDERS, STUBBED
     from vllm.platforms import current_platform
 
     result = {
         "vllm_version": vllm.__version__,
+        "engine_core_start_method": engine_core_start_method(),
         "platform": type(current_platform).__name__,
         "device_type": current_platform.device_type,
         "executor": {str(tp): executor(tp) for tp in (1, 2)},
         "ssm_conv_state_layout": conv_state_layout(),
         "async_scheduling_default": bool(_config("attention").scheduler_config.async_scheduling),
-        "engine_core_start_method": engine_core_start_method(),
         "placeholder_extensions": PLACEHOLDERS,
+        "stubbed": sorted(STUBBED),
     }
     print("PDCHECK-CONTRACT " + json.dumps(result))
 

@@ -123,7 +123,7 @@ def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
     # At TP 1 the model runs inside the EngineCore (issue 20): no worker process.
     assert sorted(decode) == ["EngineCore", "MainProcess"], f"decode markers: {decode}"
     # Every CPU server also backs off its idle steps (issue 20), the injection only on the decoder.
-    # and forks its EngineCore, as vLLM does on CUDA.
+    # and forks its EngineCore (a start-up saving; `vllm serve` on CUDA spawns it).
     cpu_switches = ["nixl-pthr-delay-us=1000", "idle-backoff-ms=16", "engine-core-start=fork"]
     for name, switches in decode.items():
         assert switches == [

@@ -1,4 +1,5 @@
-"""`probe_vllm` reads a release wheel's version, commit and race fixes without importing vLLM.
+"""`probe_vllm` reads a release wheel's version and commit without importing vLLM, and its race
+fixes through the fix switches' own attribute resolution.
 
 A stand-in `vllm` install (dist-info plus the files the probe reads) goes first on the child
 python's path. (Moved from tests/unit/serving: each check runs the probe in a child python.)
@@ -6,6 +7,8 @@ python's path. (Moved from tests/unit/serving: each check runs the probe in a ch
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,18 +16,39 @@ import pytest
 
 from pdcheck.serving.environment import probe_vllm
 
+# A scheduler whose source names both fixes' markers (in a comment), as a release that
+# mentions them without having them would.
+_MENTIONS_ONLY = {
+    "vllm/v1/core/sched/scheduler.py": "class Scheduler:\n    # defer_block_free: not here yet\n    pass\n",
+    "vllm/v1/core/kv_cache_manager.py": "class KVCacheManager:\n    # skip_zeroing_group_ids\n    def allocate_slots(self, request): ...\n",
+}
+_HAS_FIXES = {
+    "vllm/v1/core/sched/scheduler.py": (
+        "class Scheduler:\n"
+        "    def _request_blocks_can_be_freed(self, request): ...\n"
+        "    def _drain_deferred_frees(self): ...\n"
+    ),
+    "vllm/v1/core/kv_cache_manager.py": (
+        "class KVCacheManager:\n"
+        "    def pop_blocks_for_free(self, request): ...\n"
+        "    def allocate_slots(self, request, skip_zeroing_group_ids=()): ...\n"
+        "    def record_blocks_for_zeroing(self, blocks): ...\n"
+    ),
+}
 
-def _fake_release(root: Path, commit_line: str) -> Path:
+
+def _fake_release(root: Path, commit_line: str, sources: dict[str, str] = _HAS_FIXES) -> Path:
     files = {
-        "vllm/__init__.py": "",
+        "vllm/__init__.py": "__version__ = '0.32.0'\n",
         "vllm/_version.py": f"__version__ = version = '0.32.0'\n{commit_line}\n",
-        "vllm/v1/core/sched/scheduler.py": "self.defer_block_free = False\n",
-        "vllm/v1/core/kv_cache_manager.py": "def allocate_slots(self, skip_zeroing_group_ids=()): ...\n",
+        **sources,
         "vllm-0.32.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n",
     }
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
+    for package in ("vllm/v1", "vllm/v1/core", "vllm/v1/core/sched"):
+        (root / package / "__init__.py").touch()
     return root
 
 
@@ -44,4 +68,23 @@ def test_release_commit_is_the_bare_hash(tmp_path, monkeypatch, commit_line, com
     monkeypatch.setenv("PYTHONPATH", str(_fake_release(tmp_path, commit_line)))
     env = probe_vllm(sys.executable)
     assert (env.vllm_dist, env.vllm_version, env.vllm_commit) == ("vllm", "0.32.0", commit)
-    assert env.fixes == {"block-reuse": True, "zeroing": True}
+
+
+def _plugin_answer() -> dict[str, bool]:
+    """What the fix switches themselves resolve in the child python (pdcheck._vllm.internals)."""
+    code = "import json; from pdcheck._vllm.internals import fixes_present; print(json.dumps(fixes_present()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize(
+    ("sources", "present"), [(_HAS_FIXES, True), (_MENTIONS_ONLY, False)], ids=["has", "mentions"]
+)
+def test_doctor_and_the_fix_switches_agree_on_which_fixes_are_present(
+    tmp_path, monkeypatch, sources, present
+):
+    """Doctor's fixes are what the fix switches resolve in that vLLM: a release whose source only
+    mentions a fix's marker words, without its methods, has the fix absent in both."""
+    monkeypatch.setenv("PYTHONPATH", str(_fake_release(tmp_path, "commit_id = None", sources)))
+    env = probe_vllm(sys.executable, fixes=True)
+    assert env.fixes == _plugin_answer() == {"block-reuse": present, "zeroing": present}

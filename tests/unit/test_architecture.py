@@ -140,9 +140,6 @@ def test_pdcheck_variables_are_spelled_only_in_contracts():
 # one contracts module that names vLLM for pdcheck's other processes.
 VLLM_NAME_HOMES = ("_vllm", "vllm_plugin", "race")
 VLLM_NAME_MODULES = {"contracts/vllm_names.py"}
-# Temporary: serving/argcheck.py's program, which parses argv with vLLM's own parser, is being
-# moved into _vllm on another branch (issue 28); drop this exemption when that lands.
-VLLM_NAME_EXEMPT = {"serving/argcheck.py"}
 
 
 def _vllm_names_spelled(path: Path) -> list[str]:
@@ -162,10 +159,7 @@ def test_vllm_names_are_spelled_only_in_their_homes():
     spelled = []
     for path in sorted(PACKAGE_DIR.rglob("*.py")):
         rel = path.relative_to(PACKAGE_DIR)
-        if (
-            rel.parts[0] in VLLM_NAME_HOMES
-            or rel.as_posix() in VLLM_NAME_MODULES | VLLM_NAME_EXEMPT
-        ):
+        if rel.parts[0] in VLLM_NAME_HOMES or rel.as_posix() in VLLM_NAME_MODULES:
             continue
         spelled += [f"{rel}:{hit}" for hit in _vllm_names_spelled(path)]
     assert spelled == []
