@@ -33,7 +33,7 @@ check: setup
 # The gate, then every tier, as CI runs it (tests/README.md lists the tiers and what each costs).
 # The slowest tests are listed at the end: CI's time budget is spent there.
 test: check fixtures
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 -m "not mutant" tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 -m "not mutant and not ray_vllm" tests
 
 # The edit loop: the unit tier only (no vLLM, no model builds, no child processes), under a minute on 2 cores.
 test-fast: setup
