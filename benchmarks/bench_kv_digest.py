@@ -24,12 +24,12 @@ from bench_cpu_pd import CONCURRENCY, loadavg, sweep_spec
 
 from pdcheck.analysis.kv_digest import KvDigestSummary, join_digests
 from pdcheck.config import expand_cells, parse_sweep, resolve_model_path
+from pdcheck.contracts.plugin_files import DIGESTS_FILE, decode_digest_lines
 from pdcheck.evals import load_task, run_eval
 from pdcheck.serving.gpus import read_inventory
 from pdcheck.serving.plan import plan_topology
 from pdcheck.serving.ports import default_allocator
 from pdcheck.serving.topology import serve_topology
-from pdcheck.vllm_plugin.kv_digest import DIGESTS_FILE
 
 
 def measure(
@@ -66,11 +66,11 @@ def measure(
                 assert summary.wall_s is not None
                 s_per_q[c] = summary.wall_s / summary.n
                 if kv_digest:
-                    records = [
-                        json.loads(line)
+                    records = decode_digest_lines(
+                        line
                         for server in (*plan.prefills, *plan.decodes)
                         for line in (server.plugin_dir / DIGESTS_FILE).read_text().splitlines()
-                    ]
+                    )
                     joins[c] = join_digests(records, run_tag=tag)
                 print(
                     f"digests {'on ' if kv_digest else 'off'} c{c}: {s_per_q[c]:.3f} s/question",

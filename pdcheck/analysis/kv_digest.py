@@ -11,7 +11,7 @@ canary the mismatched questions must be exactly the injected ones.
 
 The join key is the prefiller's request id (the decoder knows it as vLLM's `remote_request_id`),
 the TP rank, the group and the block position, counted from the start of the prompt. Pure
-functions on parsed JSON lines; refusals are data, never a wrong comparison: when the two sides
+functions on the plugin's `DigestRecord`s; refusals are data, never a wrong comparison: when the two sides
 ran at different TP sizes, rank r of the decoder holds another head slice than rank r of the
 prefiller, so nothing is compared and `refused` says why.
 """
@@ -19,9 +19,10 @@ prefiller, so nothing is compared and `refused` says why.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from pdcheck.contracts.plugin_files import DigestRecord
 
 __all__ = [
     "DigestMismatch",
@@ -77,9 +78,7 @@ class KvDigestSummary:
     extent_mismatches: tuple[ExtentMismatch, ...] = ()
 
 
-def join_digests(
-    records: Iterable[Mapping[str, Any]], *, run_tag: str | None = None
-) -> KvDigestSummary:
+def join_digests(records: Iterable[DigestRecord], *, run_tag: str | None = None) -> KvDigestSummary:
     """Compare every decoder record of the run (`run_tag`, when given) with its prefiller's record.
 
     `records` are the lines of every server's `kv-digests.jsonl`, both sides mixed; prefiller
@@ -89,16 +88,12 @@ def join_digests(
     prefill_tokens: dict[tuple[str, int], int | None] = {}
     decode = []
     for record in records:
-        side = record.get("side")
-        if side == "prefill":
-            key = (str(record["prefill_request_id"]), int(record["tp_rank"]))
+        if record.side == "prefill":
+            key = (record.prefill_request_id, record.tp_rank)
             prefill[key] = _blocks(record)
-            prefill_tokens[key] = record.get("num_tokens")
-        elif side == "decode":
-            if run_tag is None or str(record["x_request_id"]).startswith(f"{run_tag}-q"):
-                decode.append(record)
-        else:
-            raise ValueError(f"kv digest record has side {side!r}; expected prefill or decode")
+            prefill_tokens[key] = record.num_tokens
+        elif run_tag is None or record.x_request_id.startswith(f"{run_tag}-q"):
+            decode.append(record)
     refused = _heterogeneous_tp(decode)
     if refused is not None:
         return KvDigestSummary(0, 0, 0, (), (), refused=refused)
@@ -106,18 +101,16 @@ def join_digests(
     mismatches: list[DigestMismatch] = []
     extents: list[ExtentMismatch] = []
     for record in decode:
-        key = (str(record["prefill_request_id"]), int(record["tp_rank"]))
+        key = (record.prefill_request_id, record.tp_rank)
         theirs = prefill.get(key)
         if theirs is None:
             unmatched += 1
             continue
         requests += 1
-        loaded, computed = record.get("load_tokens"), prefill_tokens[key]
-        if loaded is not None and computed is not None and int(loaded) != int(computed):
-            x_request_id = str(record["x_request_id"])
-            extents.append(
-                ExtentMismatch(_question(x_request_id), x_request_id, int(loaded), int(computed))
-            )
+        loaded, computed = record.load_tokens, prefill_tokens[key]
+        if loaded is not None and computed is not None and loaded != computed:
+            x_request_id = record.x_request_id
+            extents.append(ExtentMismatch(_question(x_request_id), x_request_id, loaded, computed))
         for (group, position), digest in _blocks(record).items():
             expected = theirs.get((group, position))
             if expected is None:
@@ -127,11 +120,11 @@ def join_digests(
             if digest != expected:
                 mismatches.append(
                     DigestMismatch(
-                        question=_question(str(record["x_request_id"])),
-                        x_request_id=str(record["x_request_id"]),
+                        question=_question(record.x_request_id),
+                        x_request_id=record.x_request_id,
                         group=group,
                         position=position,
-                        tp_rank=int(record["tp_rank"]),
+                        tp_rank=record.tp_rank,
                     )
                 )
     mismatches.sort(key=lambda m: (m.question is None, m.question or 0, m.group, m.position))
@@ -182,17 +175,18 @@ def _where(question: int | None, x_request_id: str) -> str:
     return f"q{question:05d}" if question is not None else x_request_id
 
 
-def _blocks(record: Mapping[str, Any]) -> dict[tuple[int, int], str]:
-    out = {}
-    for group in record["groups"]:
-        g, first = int(group["group"]), int(group["first_position"])
-        for offset, digest in enumerate(group["digests"]):
-            out[(g, first + offset)] = str(digest)
-    return out
+def _blocks(record: DigestRecord) -> dict[tuple[int, int], str]:
+    return {
+        (group.group, group.first_position + offset): digest
+        for group in record.groups
+        for offset, digest in enumerate(group.digests)
+    }
 
 
-def _heterogeneous_tp(decode: list[Mapping[str, Any]]) -> str | None:
-    sizes = {(int(r["tp_size"]), int(r["remote_tp_size"])) for r in decode}
+def _heterogeneous_tp(decode: list[DigestRecord]) -> str | None:
+    if any(r.remote_tp_size is None for r in decode):
+        return "a decoder record does not say the prefiller's TP size, so no rank can be paired"
+    sizes = {(r.tp_size, r.remote_tp_size or 0) for r in decode}
     odd = sorted((d, p) for d, p in sizes if d != p)
     if not odd:
         return None

@@ -18,10 +18,10 @@ questions; a clean arm and a zero-injection canary, each with and without
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict
 
 from pdcheck.contracts import plugin_files
@@ -130,17 +130,15 @@ def _as_dict(decisions: EngineDecisions) -> dict:
 def _server_evidence(run_root: Path) -> list[ServerEvidence]:
     evidence = []
     for plugin_dir in sorted(run_root.glob("cells/*/plugin/*")):
-        markers = [
-            json.loads(p.read_text()) for p in sorted(plugin_dir.glob(plugin_files.ACTIVATION_GLOB))
-        ]
+        markers = plugin_files.read_activation_markers(plugin_dir)
         injections = plugin_dir / plugin_files.INJECTIONS_FILE
         evidence.append(
             ServerEvidence(
                 cell=plugin_dir.parent.parent.name,
                 server=plugin_dir.name,
-                markers=markers,
+                markers=[msgspec.to_builtins(m) for m in markers],
                 kv_registered_with_hook=any(
-                    plugin_files.KV_LOAD_HOOK_WITH_KV_CACHES in m.get("did", []) for m in markers
+                    plugin_files.KV_LOAD_HOOK_WITH_KV_CACHES in m.did for m in markers
                 ),
                 injections=len(injections.read_text().splitlines()) if injections.exists() else 0,
             )

@@ -11,18 +11,16 @@ started (argv, env, ports, devices, pid), so what a results folder says ran is w
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from pdcheck.contracts import environment
 from pdcheck.contracts.plugin_files import (
-    ACTIVATION_GLOB,
     KV_LOAD_HOOK_WITH_KV_CACHES,
     SCHEDULER_BUILT,
+    ActivationMarker,
+    read_activation_markers,
 )
 from pdcheck.errors import InfraError
 from pdcheck.serving.endpoints import Endpoints, ServerRecord, TopologyRecord
@@ -278,11 +276,9 @@ def check_plugin_active(servers: Sequence[ServerPlan]) -> None:
         )
 
 
-def read_markers(server: ServerPlan) -> list[dict[str, Any]]:
+def read_markers(server: ServerPlan) -> list[ActivationMarker]:
     """The plugin's activation markers of one server, one per vLLM process it activated in."""
-    return [
-        m for m in map(_read_json, sorted(server.plugin_dir.glob(ACTIVATION_GLOB))) if m is not None
-    ]
+    return read_activation_markers(server.plugin_dir)
 
 
 def _plugin_problem(server: ServerPlan) -> str | None:
@@ -292,10 +288,10 @@ def _plugin_problem(server: ServerPlan) -> str | None:
         return f"{where}: no activation marker"
     if server.env.get(environment.INJECT.name):
         hooked_ranks = {
-            m.get("tp_rank", 0)
+            m.tp_rank or 0
             for m in markers
-            if KV_LOAD_HOOK_WITH_KV_CACHES in m.get("did", ())
-            and any(sw.startswith("inject=") for sw in m.get("switches", ()))
+            if KV_LOAD_HOOK_WITH_KV_CACHES in m.did
+            and any(sw.startswith("inject=") for sw in m.switches)
         }
         if not hooked_ranks:
             return f"{where}: no process that registered the KV caches had the injection hook installed"
@@ -306,12 +302,11 @@ def _plugin_problem(server: ServerPlan) -> str | None:
                 f"{where}: TP rank(s) {', '.join(map(str, missing))} registered no KV caches with "
                 "the injection hook installed"
             )
-    builders = [m for m in markers if SCHEDULER_BUILT in m.get("did", ())]
+    builders = [m for m in markers if SCHEDULER_BUILT in m.did]
     for fix in filter(None, server.env.get(environment.DISABLE_FIXES.name, "").split(",")):
         # A vLLM that predates the fix runs without it anyway; the marker says it is absent.
         if not any(
-            f"disable-fix={fix}" in m.get("switches", ())
-            or (m.get("fixes_present") or {}).get(fix) is False
+            f"disable-fix={fix}" in m.switches or (m.fixes_present or {}).get(fix) is False
             for m in builders
         ):
             return f"{where}: the process that built the scheduler did not switch off the {fix} fix"
@@ -355,16 +350,8 @@ def check_async(servers: Sequence[ServerPlan], *, requested: bool) -> None:
 def observed_async(server: ServerPlan) -> bool | None:
     """The async scheduling a server's scheduler resolved (vLLM may force it off); None when unknown."""
     states = {
-        bool(m["async_scheduling"])
+        m.async_scheduling
         for m in read_markers(server)
-        if SCHEDULER_BUILT in m.get("did", ()) and "async_scheduling" in m
+        if SCHEDULER_BUILT in m.did and m.async_scheduling is not None
     }
     return states.pop() if len(states) == 1 else None
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

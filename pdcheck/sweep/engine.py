@@ -12,7 +12,6 @@ unit keeps its records, and `--resume` carries on from there.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -27,7 +26,12 @@ from pdcheck.analysis.sequential import SequentialTest
 from pdcheck.analysis.transfer_evidence import PrefillerLogEvents, count_prefiller_log_events
 from pdcheck.analysis.verdict import Outcome
 from pdcheck.config import Cell, resolve_model_path
-from pdcheck.contracts.plugin_files import DIGESTS_FILE, INJECTIONS_FILE, InjectionRecord
+from pdcheck.contracts.plugin_files import (
+    DIGESTS_FILE,
+    INJECTIONS_FILE,
+    InjectionRecord,
+    decode_digest_lines,
+)
 from pdcheck.errors import ExitCode
 from pdcheck.evals.dataset import TaskData
 from pdcheck.evals.records import QuestionRecord, read_records
@@ -534,7 +538,7 @@ def _kv_digest(endpoints: Endpoints, run_tag: str) -> KvDigestSummary | None:
     prefillers' lines are keyed by their own request ids, so all of them are read)."""
     servers = endpoints.started.servers if endpoints.started else ()
     folders = [s.plugin_dir for s in servers if s.role != "baseline"]
-    records = [json.loads(line) for line in _plugin_log_lines(folders, DIGESTS_FILE)]
+    records = decode_digest_lines(_plugin_log_lines(folders, DIGESTS_FILE))
     return join_digests(records, run_tag=run_tag) if records else None
 
 

@@ -41,9 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from pdcheck._vllm.kv_digest_hooks import SentRequest, token_dim
 from pdcheck._vllm.worker import LoadedGroup, LoadedRequest
-from pdcheck.contracts.plugin_files import DIGESTS_FILE
+from pdcheck.contracts.plugin_files import DIGESTS_FILE, DigestRecord
 from pdcheck.vllm_plugin.marker import append_jsonl
 from pdcheck.vllm_plugin.selection import client_request_id
 
@@ -98,7 +100,9 @@ class KvDigester:
                 n = group.pop("n")
                 group["digests"] = [f"{next(values) & _MASK:016x}" for _ in range(n)]
             head["groups"] = [group for group, _ in groups]
-            append_jsonl(self.path, head)
+            # Through the one schema the reader decodes with, so a line of another shape is
+            # refused here, in the server, not when the run is judged.
+            append_jsonl(self.path, msgspec.to_builtins(msgspec.convert(head, DigestRecord)))
 
     def _sent_record(self, request: SentRequest) -> tuple[dict, list]:
         dim = token_dim(request.kv_cache_layout)

@@ -41,6 +41,7 @@ from pdcheck.contracts.plugin_files import (
     INJECTIONS_FILE,
     KV_LOAD_HOOK_WITH_KV_CACHES,
     SCHEDULER_BUILT,
+    ActivationMarker,
     InjectionRecord,
     activation_marker_name,
 )
@@ -137,8 +138,10 @@ def _marker_path(plugin_dir: Path) -> Path:
 
 
 def _write(path: Path, marker: dict) -> None:
+    # Through the schema serving decodes with: a marker of another shape fails here, in vLLM.
+    checked = msgspec.to_builtins(msgspec.convert(marker, ActivationMarker))
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(marker, indent=2) + "\n")
+    tmp.write_text(json.dumps(checked, indent=2) + "\n")
     os.replace(tmp, path)
 
 

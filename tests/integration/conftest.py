@@ -24,7 +24,7 @@ import pytest
 from pdcheck.config import Cell, expand_cells
 from pdcheck.config.paths import fixture_models_dir
 from pdcheck.config.schema import SweepSpec
-from pdcheck.contracts.plugin_files import DIGESTS_FILE
+from pdcheck.contracts.plugin_files import DIGESTS_FILE, DigestRecord, decode_digest_lines
 from pdcheck.serving import Endpoints, plan_topology, serve_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
@@ -148,13 +148,13 @@ def granite_pd(_pd_topologies) -> Endpoints:
     return _pd_topologies.get("granite")
 
 
-def kv_digest_records(endpoints: Endpoints) -> list[dict]:
-    """Every line of the PD servers' `kv-digests.jsonl`, both sides."""
+def kv_digest_records(endpoints: Endpoints) -> list[DigestRecord]:
+    """Every record of the PD servers' `kv-digests.jsonl`, both sides."""
     assert endpoints.started is not None  # a topology pdcheck started
     logs = [Path(s.plugin_dir) / DIGESTS_FILE for s in endpoints.started.servers]
-    return [
-        json.loads(line) for log in logs if log.is_file() for line in log.read_text().splitlines()
-    ]
+    return decode_digest_lines(
+        line for log in logs if log.is_file() for line in log.read_text().splitlines()
+    )
 
 
 def model_path(key: str) -> str:

@@ -27,7 +27,7 @@ from pdcheck.analysis.kv_digest import join_digests
 from pdcheck.config import expand_cells
 from pdcheck.config.paths import fixture_models_dir
 from pdcheck.config.schema import SweepSpec
-from pdcheck.contracts.plugin_files import DIGESTS_FILE, InjectionRecord
+from pdcheck.contracts.plugin_files import DIGESTS_FILE, InjectionRecord, decode_digest_lines
 from pdcheck.serving import plan_topology, serve_topology
 from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import default_allocator
@@ -165,12 +165,12 @@ def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
     assert all(r.kind == "zero-loaded-kv" and r.blocks[0] for r in lines)
 
     # KV digests (serving.kv_digest) flag exactly the injected questions, block by block.
-    digests = [
-        json.loads(line)
+    digests = decode_digest_lines(
+        line
         for server in (*plan.prefills, *plan.decodes)
         if (server.plugin_dir / DIGESTS_FILE).is_file()
         for line in (server.plugin_dir / DIGESTS_FILE).read_text().splitlines()
-    ]
+    )
     for c in (1, 4):
         summary = join_digests(digests, run_tag=f"pd-c{c}-r0")
         assert (summary.requests_checked, summary.unmatched_requests, summary.refused) == (

@@ -3,9 +3,19 @@ digest is a mismatch with its question; heterogeneous TP is refused, never compa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import msgspec
 import pytest
 
-from pdcheck.analysis.kv_digest import digest_regression_reason, join_digests
+from pdcheck.analysis import kv_digest
+from pdcheck.analysis.kv_digest import digest_regression_reason
+from pdcheck.contracts.plugin_files import DigestRecord, decode_digest_lines
+
+
+def join_digests(records: list[Mapping], **kw):
+    """The join over the records as the plugin's schema reads them."""
+    return kv_digest.join_digests([msgspec.convert(r, DigestRecord) for r in records], **kw)
 
 
 def _prefill(rid, groups, tp_rank=0):
@@ -103,10 +113,14 @@ def test_loads_without_a_prefiller_record_and_other_runs_are_counted_apart():
     assert (s.requests_checked, s.unmatched_requests, s.n_mismatches) == (0, 1, 0)
 
 
-def test_unknown_side_is_an_error():
-    """A line that is neither side is a corrupt log, not silently skipped."""
-    with pytest.raises(ValueError, match="side 'middle'"):
-        join_digests([{"side": "middle"}])
+def test_a_line_of_another_shape_is_refused_naming_the_field():
+    """A line that is neither side, or lacks a field the join needs, is a corrupt log, refused
+    when read with the field named, never silently skipped."""
+    line = msgspec.json.encode({**_prefill("p1", [(0, ["a"])]), "side": "middle"})
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.side"):
+        decode_digest_lines([line])
+    with pytest.raises(msgspec.ValidationError, match="tp_rank"):
+        decode_digest_lines([b'{"side": "decode", "prefill_request_id": "p", "x_request_id": "x"}'])
 
 
 def test_a_load_whose_token_count_differs_between_the_sides_is_an_extent_mismatch():

@@ -17,6 +17,7 @@ def _marker(plugin_dir, pid, process_name, switches, fixes_present=None, did=(),
     (plugin_dir / f"activation-{pid}.json").write_text(
         json.dumps(
             {
+                "schema_version": 1,
                 "pid": pid,
                 "process_name": process_name,
                 "switches": switches,

@@ -14,7 +14,8 @@ import torch
 from pdcheck._vllm.kv_digest_hooks import SentRequest
 from pdcheck._vllm.worker import LoadedGroup, LoadedRequest
 from pdcheck.analysis.kv_digest import join_digests
-from pdcheck.vllm_plugin.kv_digest import DIGESTS_FILE, KvDigester
+from pdcheck.contracts.plugin_files import DIGESTS_FILE, decode_digest_lines
+from pdcheck.vllm_plugin.kv_digest import KvDigester
 
 BLOCK = 8
 N_TOKENS = 21  # 3 blocks, the last with 5 slots filled
@@ -67,8 +68,8 @@ def _run(tmp_path, decode, state_d, prefill, state_p, num_tokens=N_TOKENS):
         ]
     )
     digester.on_step_start([])
-    lines = [json.loads(x) for x in (tmp_path / DIGESTS_FILE).read_text().splitlines()]
-    return lines, join_digests(lines)
+    text = (tmp_path / DIGESTS_FILE).read_text().splitlines()
+    return [json.loads(x) for x in text], join_digests(decode_digest_lines(text))
 
 
 def test_same_bytes_at_other_block_ids_digest_equal(tmp_path):
