@@ -7,7 +7,7 @@ PYTEST_WORKERS ?= 2
 # The CUDA builds of vLLM `make contract` checks pdcheck against (`make test` checks the first).
 CONTRACT_VLLM ?= 0.32.0 0.33.0
 
-.PHONY: setup fixtures sweep check test test-fast contract race mutants clean-venv
+.PHONY: setup fixtures sweep check test test-fast contract race mutants ray clean-venv
 
 setup:
 	@VENV=$(VENV) scripts/setup-venv.sh
