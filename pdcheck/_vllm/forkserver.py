@@ -133,9 +133,10 @@ def preload() -> tuple[str | None, ImportedEnv]:
                 importlib.import_module(name)
     except Exception:
         return traceback.format_exc(), ImportedEnv({}, ())
+    after = dict(os.environ)
     imported = ImportedEnv(
-        {k: v for k, v in os.environ.items() if before.get(k) != v},
-        tuple(k for k in before if k not in os.environ),
+        {k: v for k, v in after.items() if before.get(k) != v},
+        tuple(k for k in before if k not in after),
     )
     # Native helper threads may run (pyarrow's jemalloc starts one; its fork hooks cover it):
     # the API server forks its EngineCore from this same state.

@@ -12,22 +12,43 @@ from __future__ import annotations
 
 import json
 import os
+from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from pdcheck.contracts.vllm_programs import IMPORT_ENV_PREFIX
 
 
-class _RecordingEnviron(os._Environ):
-    """`os.environ` over the same data, remembering every name looked up."""
+class EnvironRecorder(os._Environ):
+    """`os.environ` over the same data, remembering every name looked up by name.
+
+    A walk over the whole environment (`dict(os.environ)`, `.items()`, `.copy()`) looks every
+    name up; counting those would flag whatever variables the probing shell happens to have
+    (CI's PDCHECK_GSM8K_DIR) rather than what vLLM reads. A walk iterates the names and then
+    looks each up in the order it was given them (CPython's dict() takes the whole list first),
+    so a lookup of the next name a walk yielded is the walk's, not a read; any other lookup ends
+    the walk. Such walks at import are snapshots nobody serving uses (wsgiref's handler
+    defaults), and pdcheck's own diff of the environment around the import is one.
+    """
 
     def __init__(self, inner: Any) -> None:
         super().__init__(
             inner._data, inner.encodekey, inner.decodekey, inner.encodevalue, inner.decodevalue
         )
         self.read: set[str] = set()
+        self._walked: deque[str] = deque()
+
+    def __iter__(self) -> Iterator[str]:
+        for key in super().__iter__():
+            self._walked.append(key)
+            yield key
 
     def __getitem__(self, key: str) -> str:
-        self.read.add(key)
+        if self._walked and self._walked[0] == key:
+            self._walked.popleft()
+        else:
+            self._walked.clear()
+            self.read.add(key)
         return super().__getitem__(key)
 
     def __contains__(self, key: object) -> bool:
@@ -40,7 +61,7 @@ def probe() -> dict[str, Any]:
     from pdcheck._vllm.forkserver import preload
 
     original = os.environ
-    recording = _RecordingEnviron(original)
+    recording = EnvironRecorder(original)
     os.environ = recording  # noqa: B003  (the same data, read through a recorder)
     try:
         error, imported = preload()
