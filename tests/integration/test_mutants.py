@@ -66,6 +66,7 @@ def _flagged(cell: CellResult) -> str:
     return verdict.reason
 
 
+@pytest.mark.mutant
 @pytest.mark.servers
 @pytest.mark.xdist_group("servers")
 @pytest.mark.timeout(600)

@@ -157,6 +157,9 @@ def pd_records(out: Path) -> list[Path]:
     return [p for p in out.glob("cells/*/pd/c*/r*/records.jsonl") if p.stat().st_size > 0]
 
 
+# Stand-in servers only: its own xdist group, so the cluster's start overlaps the vLLM servers
+# group instead of adding to it (CI's critical path).
+@pytest.mark.xdist_group("ray")
 def test_a_lost_node_is_named_and_its_servers_are_gone(ray_cluster, tmp_path):
     """Stand-in servers (no vLLM) placed cross-node: a lost node's server fails its check with
     `NodeLost` naming that node, the job's teardown does not hang on it, and no process its
