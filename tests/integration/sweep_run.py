@@ -6,7 +6,43 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
+import yaml
+
+from pdcheck.config.load import SWEEPS_DIR
+from pdcheck.config.paths import fixture_models_dir
+
+
+def trimmed_cpu_smoke(
+    folder: Path,
+    *,
+    name: str,
+    model: str,
+    arms: Iterable[str],
+    concurrency: Iterable[int],
+    questions: int,
+    early_stop: bool,
+) -> Path:
+    """cpu-smoke cut to one model, `arms` at `concurrency`, `questions` questions, a 20-point
+    margin and no race run (the harness has its own tests; here the serving path is under
+    test), written to `<folder>/<name>.yaml`."""
+    if not (fixture_models_dir() / model / "config.json").is_file():
+        pytest.fail(f"no {model}: run `pdcheck fixtures tiny-models` (make test does)")
+    spec = yaml.safe_load((SWEEPS_DIR / "cpu-smoke.yaml").read_text())
+    spec["name"] = name
+    spec["models"] = [m for m in spec["models"] if m["name"] == model]
+    for key in ("exclude", "race"):
+        spec.pop(key, None)
+    spec["matrix"] = {"arms": list(arms), "concurrency": list(concurrency)}
+    spec["eval"] = dict(spec["eval"], limit=questions)
+    # 40 questions resolve drops of roughly 20 points; the injected canaries drop far more.
+    spec["analysis"] = {"margin_pts": 20, "early_stop": early_stop}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
 
 
 def run_sweep(sweep_file: Path, out: Path) -> None:

@@ -19,11 +19,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
-from pdcheck.config.load import SWEEPS_DIR
-from pdcheck.config.paths import fixture_models_dir
 from tests.fakes.stub_topology import default_ctrl_c
+from tests.integration.sweep_run import trimmed_cpu_smoke
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
@@ -36,19 +34,15 @@ GONE_WITHIN_S = 30.0
 
 
 def _sweep_file(tmp_path: Path) -> Path:
-    if not (fixture_models_dir() / MODEL / "config.json").is_file():
-        pytest.fail(f"no {MODEL}: run `pdcheck fixtures tiny-models` (make test does)")
-    spec = yaml.safe_load((SWEEPS_DIR / "cpu-smoke.yaml").read_text())
-    spec["name"] = "faults"
-    spec["models"] = [m for m in spec["models"] if m["name"] == MODEL]
-    for key in ("exclude", "race"):
-        spec.pop(key, None)
-    spec["matrix"] = {"arms": ["fixes-on"], "concurrency": [1]}
-    spec["eval"] = dict(spec["eval"], limit=QUESTIONS)
-    spec["analysis"] = {"margin_pts": 20}
-    path = tmp_path / "faults.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return trimmed_cpu_smoke(
+        tmp_path,
+        name="faults",
+        model=MODEL,
+        arms=["fixes-on"],
+        concurrency=[1],
+        questions=QUESTIONS,
+        early_stop=False,
+    )
 
 
 def marked_processes(token: str) -> dict[int, str]:

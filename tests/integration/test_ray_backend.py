@@ -18,12 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from pdcheck.config.load import SWEEPS_DIR
-from pdcheck.config.paths import fixture_models_dir
 from pdcheck.results import load_run
 from tests.fakes.stub_topology import default_ctrl_c
+from tests.integration.sweep_run import trimmed_cpu_smoke
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
@@ -84,19 +82,15 @@ def ray_cluster() -> Iterator[LocalCluster]:
 
 
 def sweep_file(tmp_path: Path, *, arms=("fixes-on", "inject-zero"), concurrency=(1,)) -> Path:
-    if not (fixture_models_dir() / MODEL / "config.json").is_file():
-        pytest.fail(f"no {MODEL}: run `pdcheck fixtures tiny-models` (make test does)")
-    spec = yaml.safe_load((SWEEPS_DIR / "cpu-smoke.yaml").read_text())
-    spec["name"] = "ray-smoke"
-    spec["models"] = [m for m in spec["models"] if m["name"] == MODEL]
-    for key in ("exclude", "race"):
-        spec.pop(key, None)
-    spec["matrix"] = {"arms": list(arms), "concurrency": list(concurrency)}
-    spec["eval"] = dict(spec["eval"], limit=QUESTIONS)
-    spec["analysis"] = dict(spec["analysis"], margin_pts=20)
-    path = tmp_path / "ray-smoke.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return trimmed_cpu_smoke(
+        tmp_path,
+        name="ray-smoke",
+        model=MODEL,
+        arms=arms,
+        concurrency=concurrency,
+        questions=QUESTIONS,
+        early_stop=True,
+    )
 
 
 def pdcheck_sweep(

@@ -28,7 +28,7 @@ from pdcheck.config.paths import fixture_models_dir
 from pdcheck.fixtures.accuracy import recorded_serve_args
 from pdcheck.fixtures.manifest import FIXTURES_DIR
 from pdcheck.results import load_run
-from tests.integration.sweep_run import run_sweep
+from tests.integration.sweep_run import run_sweep, trimmed_cpu_smoke
 
 # 40 questions: one question is 2.5 points; allow a few flips from a different CPU's rounding.
 ACCURACY_MARGIN = 0.08
@@ -41,18 +41,15 @@ GDN_STATE_GROUPS = 3
 
 
 def _trimmed_cpu_smoke(tmp_path, model, *, arms=("fixes-on", "inject-zero"), concurrency=(1, 8)):
-    spec = yaml.safe_load((SWEEPS_DIR / "cpu-smoke.yaml").read_text())
-    spec["name"] = "cpu-smoke-trimmed"
-    spec["models"] = [m for m in spec["models"] if m["name"] == model]
-    spec.pop("exclude", None)
-    spec.pop("race", None)  # the harness has its own tests; here the serving path is under test
-    spec["matrix"] = {"arms": list(arms), "concurrency": list(concurrency)}
-    spec["eval"] = dict(spec["eval"], limit=QUESTIONS)
-    # 40 questions resolve drops of roughly 20 points; the injected canary drops far more.
-    spec["analysis"] = {"margin_pts": 20}
-    path = tmp_path / "cpu-smoke-trimmed.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return trimmed_cpu_smoke(
+        tmp_path,
+        name="cpu-smoke-trimmed",
+        model=model,
+        arms=arms,
+        concurrency=concurrency,
+        questions=QUESTIONS,
+        early_stop=False,
+    )
 
 
 def _assert_trained_model_meets_its_accuracy_bar(run, model: str) -> None:
