@@ -20,23 +20,29 @@ def trimmed_cpu_smoke(
     folder: Path,
     *,
     name: str,
-    model: str,
+    model: str | Iterable[str],
     arms: Iterable[str],
     concurrency: Iterable[int],
     questions: int,
     early_stop: bool,
+    include: Iterable[dict[str, str]] = (),
 ) -> Path:
-    """cpu-smoke cut to one model, `arms` at `concurrency`, `questions` questions, a 20-point
-    margin and no race run (the harness has its own tests; here the serving path is under
-    test), written to `<folder>/<name>.yaml`."""
-    if not (fixture_models_dir() / model / "config.json").is_file():
-        pytest.fail(f"no {model}: run `pdcheck fixtures tiny-models` (make test does)")
+    """cpu-smoke cut to `model` (one name or several), `arms` at `concurrency` (the cells
+    `include` selects, when given), `questions` questions, a 20-point margin and no race run
+    (the harness has its own tests; here the serving path is under test), written to
+    `<folder>/<name>.yaml`."""
+    models = [model] if isinstance(model, str) else list(model)
+    for each in models:
+        if not (fixture_models_dir() / each / "config.json").is_file():
+            pytest.fail(f"no {each}: run `pdcheck fixtures tiny-models` (make test does)")
     spec = yaml.safe_load((SWEEPS_DIR / "cpu-smoke.yaml").read_text())
     spec["name"] = name
-    spec["models"] = [m for m in spec["models"] if m["name"] == model]
+    spec["models"] = [m for m in spec["models"] if m["name"] in models]
     for key in ("exclude", "race"):
         spec.pop(key, None)
     spec["matrix"] = {"arms": list(arms), "concurrency": list(concurrency)}
+    if include:
+        spec["include"] = list(include)
     spec["eval"] = dict(spec["eval"], limit=questions)
     # 40 questions resolve drops of roughly 20 points; the injected canaries drop far more.
     spec["analysis"] = {"margin_pts": 20, "early_stop": early_stop}
