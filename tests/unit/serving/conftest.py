@@ -20,6 +20,14 @@ def make_cell(*, model: dict[str, Any] | None = None, **sections: Any) -> Cell:
     return expand_cells(SweepSpec.model_validate(spec))[0]
 
 
+def gpu_cell(prefill_tp: int, decode_tp: int, **matrix: Any) -> Cell:
+    """A GPU cell of the one-model sweep at these TPs; `matrix` adds other matrix keys."""
+    return make_cell(
+        matrix={"prefill_tp": [prefill_tp], "decode_tp": [decode_tp], **matrix},
+        serving={"platform": "gpu"},
+    )
+
+
 @pytest.fixture
 def cell_factory():
     return make_cell

@@ -1,11 +1,11 @@
 """The bit-exact mode's serving side: which cells get VLLM_BATCH_INVARIANT, and which are judged
-exactly, decided from the configuration alone (pdcheck/contracts/batch_invariance.py)."""
+exactly, decided from the configuration alone (pdcheck/contracts/batch_invariance.py). What
+`--dry-run` prints of it is in tests/slow/test_sweep_dry_runs.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from pdcheck.cli import main
 from pdcheck.config import load_sweep
 from pdcheck.contracts import batch_invariance
 from pdcheck.errors import SweepFileError
@@ -110,29 +110,3 @@ def test_an_arm_cannot_inject_and_cache_prefixes(tmp_path):
     )
     with pytest.raises(SweepFileError, match="cannot both inject faults and turn prefix caching"):
         load_sweep(path)
-
-
-def test_dry_run_shows_the_variable_on_every_server_of_an_exact_gpu_cell(
-    tmp_path, capsys, monkeypatch
-):
-    """`--dry-run --gpus N`: the exact cell's prefill, decode and baseline lines all carry
-    VLLM_BATCH_INVARIANT=1 and its decision line; the hybrid's carry none and say why."""
-    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    path = tmp_path / "s.yaml"
-    path.write_text(
-        "name: t\nmodels:\n  - {name: dense, path: /models/dense}\n"
-        "  - {name: hyb, path: /models/hyb, kind: hybrid}\n"
-        "serving: {platform: gpu, bit_exact: true}\n"
-    )
-    out = tmp_path / "never"
-    assert (
-        main(["sweep", str(path), "--dry-run", "--gpus", "6", "--no-check-argv", "--out", str(out)])
-        == 0
-    )
-    text = capsys.readouterr().out
-    dense, hybrid = text.split("## hyb-")
-    servers = [line for line in dense.splitlines() if " serve /models/dense" in line]
-    assert len(servers) == 3 and all(f"{VAR}=1 " in line for line in servers)
-    assert "# bit-exact: judged exactly" in dense
-    assert VAR + "=1" not in hybrid and "no Mamba/GDN backend" in hybrid

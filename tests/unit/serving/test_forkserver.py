@@ -8,17 +8,16 @@ from pdcheck.serving.forkserver import (
     forkable,
     import_env,
 )
-from pdcheck.serving.gpus import read_inventory
 from pdcheck.serving.plan import plan_topology
 from pdcheck.serving.ports import PortAllocator
+from tests.fakes.nvidia_smi import fake_inventory
 from tests.unit.serving.conftest import make_cell
 
 
 def _plan(tmp_path, platform: str, **cell):
-    gpus = read_inventory(env={"CUDA_VISIBLE_DEVICES": "0,1,2"}, nvidia_smi=str(tmp_path / "no"))
     return plan_topology(
         make_cell(serving={"platform": platform}, **cell),
-        inventory=gpus,
+        inventory=fake_inventory(3),
         ports=PortAllocator(bucket=7),
         run_dir=tmp_path,
         cpu_count=2,

@@ -9,16 +9,15 @@ import pytest
 from pdcheck.config import expand_cells, level_expectation, load_sweep
 from pdcheck.config.load import SWEEPS_DIR
 from pdcheck.errors import GpuInventoryError
-from pdcheck.serving.gpus import read_inventory
 from pdcheck.serving.plan import plan_topology
 from pdcheck.serving.ports import PortAllocator
-from tests.fakes.nvidia_smi import fake_nvidia_smi
+from tests.fakes.nvidia_smi import fake_inventory
 
 SWEEPS = sorted(p.name for p in SWEEPS_DIR.glob("*.yaml"))
 
 
 def _plans(name, tmp_path, gpus=8):
-    inventory = read_inventory(env={}, nvidia_smi=fake_nvidia_smi(tmp_path, gpus))
+    inventory = fake_inventory(gpus)
     for cell in expand_cells(load_sweep(str(SWEEPS_DIR / name))):
         yield (
             cell,
@@ -82,7 +81,7 @@ def test_shipped_sweeps_plan_on_one_or_two_gpus_by_sharing_them(name, gpus, tmp_
     ranks on distinct GPUs, every server on a GPU it shares with a memory share, the shares on
     a GPU at most 0.9 together, one start stage per server on it. A wider cell is refused."""
     cells = expand_cells(load_sweep(str(SWEEPS_DIR / name)))
-    inventory = read_inventory(env={}, nvidia_smi=fake_nvidia_smi(tmp_path, gpus))
+    inventory = fake_inventory(gpus)
     for cell in cells:
         if max(cell.prefill_tp, cell.decode_tp) > gpus:
             with pytest.raises(GpuInventoryError, match="TP rank needs a GPU of its own"):

@@ -1,7 +1,8 @@
 """`check_serve_argvs` finds vLLM's serve parser wherever the vLLM release keeps it.
 
 Each test builds a stand-in `vllm` package with only the parser module of one release's layout
-and puts it first on the child python's path: no real vLLM is imported.
+and puts it first on the child python's path: no real vLLM is imported. (Moved from
+tests/unit/serving: each check runs a child python.)
 """
 
 from __future__ import annotations

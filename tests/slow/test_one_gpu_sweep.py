@@ -1,5 +1,6 @@
 """`sweeps/one-gpu.yaml` planned for one GPU, as `--gpus 1` and as a simulated one- and two-GPU
-machine (a fake nvidia-smi on PATH): what `pdcheck sweep --dry-run` prints for each server."""
+machine (a fake nvidia-smi on PATH): what `pdcheck sweep --dry-run` prints for each server.
+(Moved from tests/unit/sweep: a dry run probes the vLLM a python reaches in a child python.)"""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import pytest
 from pdcheck.cli import main
 from tests.fakes.hub import FakeHub
 from tests.fakes.nvidia_smi import fake_nvidia_smi
+
+# Autouse here as in tests/unit/sweep: the dry run sizes the hub model's weights from the Hub.
+from tests.unit.sweep.conftest import unreachable_hub  # noqa: F401
 
 SERVER_LINE = re.compile(r"^# (prefill|decode|baseline)-0: http://\S+  (.*?)  log: ", re.M)
 

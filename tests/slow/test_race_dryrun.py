@@ -1,4 +1,8 @@
-"""The race harness as a sweep subprocess, --dry-run output, empty shards and the default sweep file."""
+"""The race harness as a sweep subprocess, --dry-run output, empty shards and the default sweep file.
+
+(Moved from tests/unit/sweep: most tests start a stand-in race subprocess, the vLLM probe of a dry
+run, or a whole sweep with its race-fix probe.)
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ from pdcheck.cli import main
 from pdcheck.config.schema import RaceSettings
 from pdcheck.sweep.race import race_argv, run_race_subprocess
 from pdcheck.sweep.run import default_sweep_file
+
+# Autouse here as in tests/unit/sweep: a dry run of `pr` sizes its hub models' weights from the Hub.
+from tests.unit.sweep.conftest import unreachable_hub  # noqa: F401
 
 
 def _fake_python(tmp_path, *, code: int, result: dict | None):
