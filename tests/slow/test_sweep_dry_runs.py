@@ -33,3 +33,13 @@ def test_dry_run_shows_the_variable_on_every_server_of_an_exact_gpu_cell(
     assert len(servers) == 3 and all(f"{VAR}=1 " in line for line in servers)
     assert "# bit-exact: judged exactly" in dense
     assert VAR + "=1" not in hybrid and "no Mamba/GDN backend" in hybrid
+
+
+def test_dry_run_shows_each_jobs_placement_group(capsys):
+    """`--dry-run --backend ray` prints the placement group every job would ask for, with no
+    cluster and without Ray's import."""
+    assert main(["sweep", "cpu-smoke", "--backend", "ray", "--dry-run", "--no-check-argv"]) == 0
+    text = capsys.readouterr().out
+    assert "# backend: ray" in text
+    assert "STRICT_SPREAD [prefill-0" in text and "STRICT_PACK [baseline-0" in text
+    assert text.count("# ray placement group (pd ") == 6  # one per cell: cpu-smoke has 6

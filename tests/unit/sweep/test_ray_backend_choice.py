@@ -37,13 +37,3 @@ def test_backend_ray_without_ray_installed_says_what_to_install_and_exits_3(
     assert main(["sweep", "cpu-smoke", "--backend", "ray", "--out", str(out)]) == 3
     assert "pip install 'pdcheck[ray]'" in capsys.readouterr().err
     assert not out.exists()
-
-
-def test_dry_run_shows_each_jobs_placement_group(capsys):
-    """`--dry-run --backend ray` prints the placement group every job would ask for, with no
-    cluster and without Ray's import."""
-    assert main(["sweep", "cpu-smoke", "--backend", "ray", "--dry-run", "--no-check-argv"]) == 0
-    text = capsys.readouterr().out
-    assert "# backend: ray" in text
-    assert "STRICT_SPREAD [prefill-0" in text and "STRICT_PACK [baseline-0" in text
-    assert text.count("# ray placement group (pd ") == 6  # one per cell: cpu-smoke has 6
