@@ -13,7 +13,7 @@ import pytest
 from pdcheck.serving import serve_topology
 from pdcheck.serving.gpus import Gpu, GpuInventory
 from pdcheck.serving.plan import plan_topology
-from pdcheck.serving.ports import PortAllocator
+from pdcheck.serving.ports import default_allocator
 from pdcheck.serving.process import ServerProcess
 from pdcheck.sweep.serving_backend import ServingBackend
 from tests.fakes.stub_topology import STUB, recorded_pids, wait_gone
@@ -51,15 +51,13 @@ def _env_of(tmp_path, port):
     return json.loads((tmp_path / "pids" / f"{port}.env.json").read_text())
 
 
-def test_a_topology_on_one_gpu_starts_each_server_once_the_ones_before_are_ready(
-    tmp_path, worker_index, starts
-):
+def test_a_topology_on_one_gpu_starts_each_server_once_the_ones_before_are_ready(tmp_path, starts):
     """Prefill, decode and baseline on GPU 0: each starts after the earlier ones answer /health,
     each with CUDA_VISIBLE_DEVICES=0 and a third of 0.9 of the GPU's memory."""
     plan = plan_topology(
         _cell(tmp_path),
         inventory=ONE_GPU,
-        ports=PortAllocator(bucket=worker_index),
+        ports=default_allocator(),
         run_dir=tmp_path,
         launcher=[sys.executable, STUB],
     )
@@ -76,14 +74,10 @@ def test_a_topology_on_one_gpu_starts_each_server_once_the_ones_before_are_ready
     assert wait_gone(pids) == []
 
 
-def test_a_sweep_pd_job_on_one_gpu_starts_its_decoder_once_the_prefill_is_ready(
-    tmp_path, worker_index, starts
-):
+def test_a_sweep_pd_job_on_one_gpu_starts_its_decoder_once_the_prefill_is_ready(tmp_path, starts):
     """The sweep backend starts a PD job's prefills apart (to keep them for the next job); on a
     shared GPU its decoder still waits for them, and a baseline job runs with the GPU to itself."""
-    backend = ServingBackend(
-        ONE_GPU, ports=PortAllocator(bucket=worker_index), launcher=[sys.executable, STUB]
-    )
+    backend = ServingBackend(ONE_GPU, ports=default_allocator(), launcher=[sys.executable, STUB])
     cell = _cell(tmp_path)
     try:
         with backend.pd(cell, gpus=(0,), cell_dir=tmp_path, prefill_key="k") as endpoints:

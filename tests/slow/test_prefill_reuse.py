@@ -15,17 +15,17 @@ import urllib.request
 import pytest
 
 from pdcheck.serving.gpus import GpuInventory
-from pdcheck.serving.ports import PortAllocator
+from pdcheck.serving.ports import default_allocator
 from pdcheck.sweep.serving_backend import ServingBackend
 from tests.fakes.stub_topology import STUB, alive, recorded_pids, wait_gone
 from tests.unit.serving.conftest import make_cell
 
 
 @pytest.fixture
-def backend(tmp_path, worker_index):
+def backend(tmp_path):
     made = ServingBackend(
         GpuInventory((), "none"),
-        ports=PortAllocator(bucket=worker_index),
+        ports=default_allocator(),
         launcher=[sys.executable, STUB],
     )
     yield made

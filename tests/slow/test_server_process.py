@@ -13,14 +13,14 @@ import time
 import pytest
 
 from pdcheck.errors import ServerCrashed, ServerStartTimeout
-from pdcheck.serving.ports import PortAllocator
+from pdcheck.serving.ports import default_allocator
 from pdcheck.serving.process import stop_all, wait_all_ready
 from tests.fakes.stub_topology import alive, recorded_pids, stub, wait_gone
 
 
 @pytest.fixture
-def ports(worker_index):
-    return PortAllocator(bucket=worker_index)
+def ports():
+    return default_allocator()
 
 
 def test_ready_server_stops_with_its_child(tmp_path, ports):

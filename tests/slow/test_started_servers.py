@@ -20,7 +20,7 @@ from pdcheck.results.schema import SweepInfo
 from pdcheck.results.store import Provenance, create_run
 from pdcheck.serving import TopologyRecord
 from pdcheck.serving.gpus import Gpu, GpuInventory
-from pdcheck.serving.ports import PortAllocator
+from pdcheck.serving.ports import PortAllocator, default_allocator
 from pdcheck.sweep.engine import Engine
 from pdcheck.sweep.serving_backend import ServingBackend
 from tests.fakes.stub_topology import STUB, recorded_pids, wait_gone
@@ -88,7 +88,7 @@ def pid_dir(tmp_path):
     return tmp_path / "pids"
 
 
-def test_cell_json_names_the_processes_that_served_each_job(tmp_path, pid_dir, worker_index):
+def test_cell_json_names_the_processes_that_served_each_job(tmp_path, pid_dir):
     """While the baseline and the PD topology serve, cell.json lists each process with the argv,
     env, URL and port it runs with (what main wrote was a second plan with fresh ports)."""
     cell = make_cell(
@@ -105,7 +105,7 @@ def test_cell_json_names_the_processes_that_served_each_job(tmp_path, pid_dir, w
     cell_json = store.root / "cells" / cell.dirname / "cell.json"
     backend = ServingBackend(
         GpuInventory((), "none"),
-        ports=PortAllocator(bucket=worker_index),
+        ports=default_allocator(),
         launcher=[sys.executable, STUB],
     )
     live = LiveCheck(cell_json)
