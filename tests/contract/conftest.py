@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.contract.builds import Build, install, selected_versions
+from tests.contract.builds import Build, full_matrix, install, selected_versions
 
 
 def pytest_generate_tests(metafunc):
@@ -16,7 +16,7 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session")
 def build(version: str) -> Build:
-    return install(version)
+    return install(version, own_torch=full_matrix())
 
 
 def run_probe(build: Build, script: str, **env: str) -> dict:
