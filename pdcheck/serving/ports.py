@@ -9,10 +9,12 @@ ephemeral range (32768+), and are split per pytest-xdist worker, so parallel wor
 pick the same ports. Inside one process a shared counter hands out slots, so several
 topologies at once never collide either. Across processes (two pdcheck runs, or a test and a
 sweep, on one machine) a slot is claimed with an exclusive `flock` on a file in
-`$TMPDIR/pdcheck-ports/`, held until the process exits: a bind check alone is not enough,
-because vLLM binds its port only after a minute of imports, and another process checking in
-that minute would see the port free. Every candidate is also checked free by binding
-127.0.0.1; a taken or claimed slot is skipped.
+`$TMPDIR/pdcheck-ports/`, held until its server stops (`release_claims`) or the process exits:
+a bind check alone is not enough, because vLLM binds its port only after a minute of imports,
+and another process checking in that minute would see the port free. Every candidate is also
+checked free by binding 127.0.0.1; a taken or claimed slot is skipped. Claims of stopped
+servers are given up so that a long sweep, which cycles through its bucket, does not end up
+holding every slot of it while a second pdcheck on the machine needs one.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import socket
 import tempfile
 import threading
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +69,8 @@ def require_free_port(port: int, host: str = "127.0.0.1", *, what: str = "port")
     return port
 
 
-@dataclass
+# eq=False: allocators are compared (and kept in `_ALLOCATORS`) by identity.
+@dataclass(eq=False)
 class PortAllocator:
     """Hands out slots from this worker's ranges; thread-safe, one shared per process by default."""
 
@@ -78,6 +82,7 @@ class PortAllocator:
         self._lock = threading.Lock()
         self._claims: dict[int, int] = {}  # slot -> fd holding its flock while this allocator lives
         weakref.finalize(self, _release, self._claims)
+        _ALLOCATORS.add(self)
 
     def server_ports(self, *, tp: int = 1) -> ServerPorts:
         """Ports for one vLLM server with `tp` ranks, all checked free."""
@@ -119,6 +124,13 @@ class PortAllocator:
         self._claims[slot] = fd
         return True
 
+    def release(self, http_ports: Iterable[int]) -> None:
+        """Give up the claims on the slots of `http_ports`, if this allocator holds them."""
+        wanted = set(http_ports)
+        with self._lock:
+            for slot in [s for s in self._claims if self.slot_ports(s).http in wanted]:
+                os.close(self._claims.pop(slot))
+
     def slot_ports(self, slot: int) -> ServerPorts:
         index = self.bucket * SLOTS_PER_WORKER + slot
         return ServerPorts(
@@ -132,6 +144,18 @@ def _release(claims: dict[int, int]) -> None:
     for fd in claims.values():
         os.close(fd)
     claims.clear()
+
+
+_ALLOCATORS: weakref.WeakSet[PortAllocator] = weakref.WeakSet()
+
+
+def release_claims(http_ports: Iterable[int]) -> None:
+    """Give up this process's claims on the slots of `http_ports`, whichever allocator took them:
+    their servers (or proxy) have stopped. The slots stay usable here and become usable to other
+    processes; a port still bound is skipped by the bind check, as any taken port is."""
+    ports = list(http_ports)
+    for allocator in list(_ALLOCATORS):
+        allocator.release(ports)
 
 
 _default: PortAllocator | None = None

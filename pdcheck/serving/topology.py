@@ -27,6 +27,7 @@ from pdcheck.serving.endpoints import Endpoints, ServerRecord, TopologyRecord
 from pdcheck.serving.forkserver import FORK_SERVERS, FORKSERVER_ENV, ForkServers, forkable
 from pdcheck.serving.metrics import metrics_url
 from pdcheck.serving.plan import ServerPlan, TopologyPlan
+from pdcheck.serving.ports import release_claims
 from pdcheck.serving.process import (
     ServerProcess,
     server_environ,
@@ -107,6 +108,8 @@ def _running(
     processes = [r.process for r in running]
     stages = sorted({s.start_stage for s in servers})
     with signals_unwind(), contextlib.ExitStack() as stack:
+        # Callbacks run last-first: the servers stop, then their port slots are given up.
+        stack.callback(release_claims, [s.ports.http for s in servers])
         stack.callback(stop_all, processes)
         # A stage's servers start together and come up in parallel; servers sharing a GPU are
         # in different stages, and a later stage starts once the earlier ones are ready.
@@ -252,8 +255,11 @@ def _proxied(plan: TopologyPlan, running: Sequence[RunningServer]) -> Iterator[s
     if plan.needs_plugin:
         check_plugin_active([*prefills, *decodes])
     proxy = PdProxy([s.url for s in prefills], [s.url for s in decodes])
-    with ProxyServer(proxy, host=plan.proxy_host, port=plan.proxy_port) as running_proxy:
-        yield running_proxy.url
+    try:
+        with ProxyServer(proxy, host=plan.proxy_host, port=plan.proxy_port) as running_proxy:
+            yield running_proxy.url
+    finally:
+        release_claims([plan.proxy_port])
 
 
 def check_plugin_active(servers: Sequence[ServerPlan]) -> None:

@@ -13,6 +13,7 @@ from pdcheck.serving.ports import (
     VLLM_PORT_STRIDE,
     WORKER_BUCKETS,
     PortAllocator,
+    release_claims,
     require_free_port,
     worker_bucket,
 )
@@ -78,3 +79,15 @@ def test_tp_beyond_side_channel_block_is_refused():
     """A TP larger than the side-channel block would overlap the next slot: refused."""
     with pytest.raises(ValueError, match="outside"):
         PortAllocator(bucket=0).server_ports(tp=SIDE_CHANNEL_STRIDE + 1)
+
+
+def test_a_released_slot_can_be_claimed_again_by_another_allocator():
+    """A slot's claim holds while its server runs and is given up when it stops, so a second
+    pdcheck on the machine is not starved by a long sweep that has cycled through its bucket."""
+    holder = PortAllocator(bucket=6)
+    taken = holder.server_ports()
+    other = PortAllocator(bucket=6)
+    assert taken not in [other.server_ports() for _ in range(3)]
+    release_claims([taken.http])
+    later = PortAllocator(bucket=6)  # it cycles through every slot no one else has claimed
+    assert taken in [later.server_ports() for _ in range(SLOTS_PER_WORKER)]
