@@ -3,7 +3,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Tests run in parallel; server tests share one xdist group so real vLLM servers never overlap.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 # The CUDA builds of vLLM `make contract` checks pdcheck against (`make test` checks the first).
 CONTRACT_VLLM ?= 0.32.0 0.33.0
 

@@ -121,15 +121,22 @@ def test_every_cpu_server_forks_an_engine_core_that_runs_its_model_and_waits_ins
     """Every TP 1 server (baseline too) runs its model inside its EngineCore, with no worker
     process, and forks that EngineCore from its API server (a CPU start-up saving: `vllm serve`
     on CUDA spawns it; no second import of vLLM and torch); the EngineCore backs off its idle
-    steps."""
+    steps.
+
+    On a cold model-info cache (a fresh machine, as in CI) vLLM inspects the model class in a
+    subprocess of the API server (`registry._run`), which loads general plugins too, so the
+    server's plugin folder may hold a third marker: a MainProcess that did nothing."""
     key, ep = pd
     for name, log_path in ep.log_paths.items():
         plugin_dir = Path(log_path).parent.parent / "plugin" / name
         markers = [json.loads(p.read_text()) for p in plugin_dir.glob("activation-*.json")]
-        by_name = {str(m.get("process_name")): m for m in markers}
-        assert sorted(by_name) == ["EngineCore", "MainProcess"], f"{key} {name}: {markers}"
-        api_server, engine_core = by_name["MainProcess"], by_name["EngineCore"]
-        assert engine_core.get("forked_from") == api_server["pid"], f"{key} {name}: {markers}"
+        (engine_core,) = [m for m in markers if m.get("process_name") == "EngineCore"]
+        main = {m["pid"]: m for m in markers if m.get("process_name") == "MainProcess"}
+        assert len(main) + 1 == len(markers), f"{key} {name}: {markers}"
+        api_server = main.get(engine_core.get("forked_from"))
+        assert api_server is not None, f"{key} {name}: {markers}"
+        helpers = [m for pid, m in main.items() if pid != api_server["pid"]]
+        assert all(not m["did"] for m in helpers), f"{key} {name}: {helpers}"
         assert "scheduler-built" in engine_core["did"], f"{key} {name}: {engine_core}"
         for marker in markers:
             assert {"idle-backoff-ms=16", "engine-core-start=fork"} <= set(marker["switches"]), (
