@@ -32,7 +32,7 @@ from pdcheck.contracts.plugin_files import (
     InjectionRecord,
     decode_digest_lines,
 )
-from pdcheck.errors import ExitCode
+from pdcheck.errors import ExitCode, InfraError
 from pdcheck.evals.dataset import TaskData
 from pdcheck.evals.records import QuestionRecord, read_records
 from pdcheck.results.schema import KvEvidence, Provenance, RunSummary
@@ -359,15 +359,16 @@ class Engine:
 
         self._set(cell, f"eval {unit.side} c{unit.concurrency} r{unit.repeat}")
         kv = endpoints if unit.side == "pd" else None
-        before = _scrape(kv) if kv is not None else None
-        log_offsets = _prefiller_log_sizes(kv) if kv is not None else None
-        stopper = self._stopper(cell, cs, unit)
 
         def watchdog() -> None:
             """Every server of the unit still running and the run not stopping, or raise."""
             if self._stopping():
                 raise ShuttingDown("the sweep is stopping")
             endpoints.check_alive()
+
+        before = _scrape(kv, watchdog) if kv is not None else None
+        log_offsets = _prefiller_log_sizes(kv) if kv is not None else None
+        stopper = self._stopper(cell, cs, unit)
 
         def on_record(record: QuestionRecord) -> None:
             with self._lock:
@@ -397,7 +398,7 @@ class Engine:
             )
         watchdog()
         if kv is not None:
-            after = _scrape(kv)
+            after = _scrape(kv, watchdog)
             evidence = KvEvidence(
                 decoders=_kv_deltas(before, after),
                 metrics_urls=tuple(kv.decoder_metrics_urls),
@@ -490,10 +491,16 @@ def _fingerprint(prov: Provenance) -> str:
     return f"{prov.vllm_version}@{prov.vllm_commit}"
 
 
-def _scrape(endpoints: Endpoints) -> list[KvTransferMetrics]:
+def _scrape(endpoints: Endpoints, watchdog: Callable[[], None]) -> list[KvTransferMetrics]:
+    """The decoders' KV metrics; a decoder that does not answer is reported by `watchdog` as the
+    server (or node) it lost, where it can tell, rather than as an unread metrics page."""
     from pdcheck.serving import scrape_kv_metrics
 
-    return [scrape_kv_metrics(url) for url in endpoints.decoder_metrics_urls]
+    try:
+        return [scrape_kv_metrics(url) for url in endpoints.decoder_metrics_urls]
+    except InfraError:
+        watchdog()
+        raise
 
 
 def _kv_deltas(
