@@ -27,8 +27,9 @@ pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
 MARK = "FAULT_TEST_RUN"
 MODEL = "tiny-llama"
-# Enough that the PD eval still runs for seconds after its first record.
-QUESTIONS = 40
+# Enough that the PD eval still runs after its first record, when the fault lands (the
+# baseline eval before it is time the tests pay for nothing).
+QUESTIONS = 16
 # How long after pdcheck's end its processes may take to go: its teardown's grace is 15 s.
 GONE_WITHIN_S = 30.0
 

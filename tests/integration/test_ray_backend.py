@@ -27,7 +27,9 @@ from pdcheck.results import load_run
 from tests.fakes.stub_topology import default_ctrl_c
 from tests.integration.sweep_run import trimmed_cpu_smoke
 
-pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("ray")]
+# In the servers group: real vLLM servers never overlap, here or with the local backend's tests
+# (beside them on CI's 2 cores, both slowed 3-7 times: 409 s and 367 s for tests of 144 s and 55 s).
+pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
 MODEL = "tiny-llama"
 QUESTIONS = 40
