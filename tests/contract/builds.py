@@ -175,20 +175,7 @@ def install(version: str, *, own_torch: bool = False) -> Build:
             subprocess.run(
                 ["rm", "-rf", str(build.site), str(build.root / "vllm-cache")], check=True
             )
-            _checked(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--no-deps",
-                    "--target",
-                    str(build.site),
-                    f"vllm=={version}",
-                ],
-                "pip install",
-            )
+            _pip_install(build.site, ["--no-deps", f"vllm=={version}"], "pip install")
         if own_torch and not torch_stamp.exists():
             install_torch(build)
             torch_stamp.write_text(f"{declared_pins(build)}\n")
@@ -237,16 +224,10 @@ def install_torch(build: Build) -> None:
     )
     subprocess.run(["rm", "-rf", str(build.torch_site)], check=True)
     pins = declared_pins(build)
-    _checked(
+    _pip_install(
+        build.torch_site,
         [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
             "--no-cache-dir",
-            "--target",
-            str(build.torch_site),
             "--constraint",
             str(constraints),
             *(f"{name}=={version}" for name, version in pins.items()),
@@ -276,6 +257,17 @@ def hub_cache(root: Path) -> None:
         (repo / "refs").mkdir(exist_ok=True)
         (repo / "refs" / "main").write_text("contract")
         (snapshot / "config.json").write_text(config.read_text())
+
+
+def _pip_install(
+    target: Path, args: list[str], what: str, env: dict[str, str] | None = None
+) -> None:
+    """`pip install --quiet --target target *args` with this interpreter's pip."""
+    _checked(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), *args],
+        what,
+        env=env,
+    )
 
 
 def _checked(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
