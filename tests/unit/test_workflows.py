@@ -233,14 +233,3 @@ def test_dependabot_keeps_every_action_pin_current():
     (actions,) = [u for u in config["updates"] if u["package-ecosystem"] == "github-actions"]
     assert actions["directory"] == "/" and actions["schedule"]["interval"] == "weekly"
     assert [group["patterns"] for group in actions["groups"].values()] == [["*"]]
-
-
-def test_ray_workflow_job_runs_the_ray_sweeps_that_make_test_leaves_out():
-    """ci.yml's ray job runs `make ray` (the ray_vllm sweeps) with GSM8K from the cpu job's cache."""
-    job = _load("ci.yml")["jobs"]["ray"]
-    assert job["needs"] == "cpu" and job["runs-on"].startswith("ubuntu")
-    runs = [step.get("run", "") for step in job["steps"]]
-    assert "make setup" in runs and "make ray" in runs
-    (restore,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/cache/restore@")]
-    (saved,) = [s for s in _load("ci.yml")["jobs"]["cpu"]["steps"] if s.get("id") == "gsm8k-cache"]
-    assert restore["with"]["key"] == saved["with"]["key"]
