@@ -84,6 +84,8 @@ def doctor(python: str | None, as_json: bool, gpu_smoke: Path | None) -> None:
     mem = env["free_memory_bytes"]
     table.add_row("free memory", f"{mem / 2**30:.1f} GiB" if mem else "unknown")
     table.add_row("CPUs", str(env["cpu_count"]))
+    # Probed earlier for these very vLLM sources (pdcheck.serving.environment keeps the answer).
+    cached = " (cached)" if v["fixes_cached"] else ""
     for name, present in v["fixes"].items():
-        table.add_row(f"fix: {name}", _fix(present))
+        table.add_row(f"fix: {name}", _fix(present) + cached)
     console.print(table)

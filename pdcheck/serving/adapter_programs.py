@@ -7,10 +7,11 @@ pdcheck on its path, and nothing else of this venv, so none of its own packages 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 _PDCHECK_PACKAGE = Path(__file__).resolve().parents[1]
@@ -37,6 +38,16 @@ def pdcheck_path() -> tempfile.TemporaryDirectory[str]:
     folder = tempfile.TemporaryDirectory(prefix="pdcheck-path-")
     (Path(folder.name) / "pdcheck").symlink_to(_PDCHECK_PACKAGE, target_is_directory=True)
     return folder
+
+
+def program_sources_digest(modules: Sequence[str]) -> str:
+    """A digest of the source files of pdcheck modules (`pdcheck._vllm.fixes`, ...): what a
+    program's answer can change with, on pdcheck's side."""
+    digest = hashlib.sha256()
+    for module in modules:
+        relative = Path(*module.split(".")[1:]).with_suffix(".py")
+        digest.update((_PDCHECK_PACKAGE / relative).read_bytes())
+    return digest.hexdigest()
 
 
 def run_adapter_program(

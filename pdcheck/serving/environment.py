@@ -1,30 +1,45 @@
 """What vLLM (and nixl) a given python reaches, and which race fixes it has.
 
-Probed in subprocesses of that python, which may be another environment's: versions and the
-commit come from package metadata without importing vLLM (fast, for every sweep's provenance);
-the fixes, when asked for, from `python -m pdcheck._vllm.fixes`, which resolves the fix
-switches' own names (`pdcheck._vllm.internals.FIX_NAMES`) in that vLLM, so doctor, the run
-record and the plugin answer from one source. That one imports vLLM (10-20 s of CPU); it runs
-beside the metadata probe.
+Probed in subprocesses of that python, which may be another environment's: versions, the
+commit and a stamp of vLLM's sources (every .py file's path, size and mtime) come from the file
+system without importing vLLM (fast, for every sweep's provenance); the fixes, when asked for,
+from `python -m pdcheck._vllm.fixes`, which resolves the fix switches' own names
+(`pdcheck._vllm.internals.FIX_NAMES`) in that vLLM, so doctor, the run record and the plugin
+answer from one source. That one imports vLLM (10-20 s of CPU, every sweep and every doctor),
+so its answer is kept in pdcheck's cache under a key of everything it depends on: the
+interpreter, torch's version, vLLM's version, commit, path and source stamp, and the program's
+own source. An edit, checkout or reinstall of vLLM changes the stamp and is probed again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
+from pdcheck.config.paths import cache_dir
 from pdcheck.contracts.vllm_programs import FIXES_PREFIX
-from pdcheck.serving.adapter_programs import finish, pdcheck_path, start_adapter_program
+from pdcheck.serving.adapter_programs import (
+    finish,
+    pdcheck_path,
+    program_sources_digest,
+    start_adapter_program,
+)
 
 FIXES_MODULE = "pdcheck._vllm.fixes"
+# What the fixes program's answer is made of: itself and the names it resolves.
+_FIXES_PROGRAM_SOURCES = (FIXES_MODULE, "pdcheck._vllm.internals")
 # Importing vLLM's scheduler: 10-20 s of CPU, far more on a loaded machine.
 _FIXES_TIMEOUT_S = 300.0
 
 _PROBE = r"""
-import importlib.metadata as md, importlib.util, json, os, re, subprocess, sys
+import hashlib, importlib.metadata as md, importlib.util, json, os, re, subprocess, sys
 out = {"python": sys.executable, "python_version": sys.version.split()[0]}
 def dist_version(*names):
     for n in names:
@@ -63,6 +78,17 @@ if out["vllm_path"]:
     except (OSError, subprocess.TimeoutExpired):
         pass
 out["vllm_commit"] = commit
+stamp = None
+if out["vllm_path"]:
+    stamp = hashlib.sha256()
+    for folder, subfolders, names in os.walk(out["vllm_path"]):
+        subfolders.sort()
+        for name in sorted(n for n in names if n.endswith(".py")):
+            path = os.path.join(folder, name)
+            st = os.stat(path)
+            stamp.update(f"{os.path.relpath(path, out['vllm_path'])}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    stamp = stamp.hexdigest()
+out["vllm_source_stamp"] = stamp
 print(json.dumps(out))
 """
 
@@ -79,7 +105,11 @@ class VllmEnvironment:
     vllm_commit: str | None
     nixl_version: str | None
     torch_version: str | None
+    # A digest of every .py file's path, size and mtime under vllm_path.
+    vllm_source_stamp: str | None = None
     fixes: dict[str, bool | None] = field(default_factory=dict)
+    # True: `fixes` was read from the cache, probed earlier for these very sources.
+    fixes_cached: bool = False
     error: str | None = None
 
     @property
@@ -102,24 +132,61 @@ def probe_vllm(
     """Ask `python` (default: this interpreter) which vLLM and nixl it has, and with `fixes`,
     which race fixes that vLLM has (`fixes` stays empty, unknown, without)."""
     python = python or sys.executable
-    with pdcheck_path() as path_dir:
-        resolving = _start_fixes(python, path_dir) if fixes else None
-        try:
-            proc = subprocess.run(
-                [python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            if resolving is not None:
-                resolving.kill()
-                resolving.communicate()
-            return VllmEnvironment(python, "", None, None, None, None, None, None, error=str(exc))
-        found = _fixes_of(resolving) if resolving is not None else {}
+    try:
+        proc = subprocess.run(
+            [python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return VllmEnvironment(python, "", None, None, None, None, None, None, error=str(exc))
     if proc.returncode != 0:
         return VllmEnvironment(
             python, "", None, None, None, None, None, None, error=proc.stderr.strip()[-500:]
         )
-    probed = json.loads(proc.stdout)
-    return VllmEnvironment(**probed, fixes=found if probed["vllm_path"] else {})
+    probed = VllmEnvironment(**json.loads(proc.stdout))
+    if not fixes or probed.vllm_path is None:
+        return probed
+    cache = _fixes_cache_file(probed)
+    cached = _read_cached_fixes(cache)
+    if cached is not None:
+        return replace(probed, fixes=cached, fixes_cached=True)
+    with pdcheck_path() as path_dir:
+        found = _fixes_of(_start_fixes(python, path_dir))
+    if found and None not in found.values():
+        _write_cached_fixes(cache, found)
+    return replace(probed, fixes=found)
+
+
+def _fixes_cache_file(env: VllmEnvironment) -> Path:
+    """Where the fixes of exactly this interpreter, vLLM install and fixes program are kept."""
+    key = {
+        "python": env.python,
+        "python_version": env.python_version,
+        "torch": env.torch_version,
+        "vllm": [env.vllm_version, env.vllm_commit, env.vllm_path, env.vllm_source_stamp],
+        "program": program_sources_digest(_FIXES_PROGRAM_SOURCES),
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return cache_dir() / "vllm-fixes" / f"{digest}.json"
+
+
+def _read_cached_fixes(path: Path) -> dict[str, bool | None] | None:
+    try:
+        fixes = json.loads(path.read_text())["fixes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent or unreadable: probe again
+    return fixes if isinstance(fixes, dict) else None
+
+
+def _write_cached_fixes(path: Path, fixes: dict[str, bool | None]) -> None:
+    """Written whole or not at all (another pdcheck may read it meanwhile); a cache that cannot
+    be written only costs the next run a probe."""
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", dir=path.parent, prefix=path.name, delete=False
+        ) as tmp:
+            json.dump({"fixes": fixes}, tmp)
+        os.replace(tmp.name, path)
 
 
 def _start_fixes(python: str, path_dir: str) -> subprocess.Popen[str] | None:

@@ -85,6 +85,28 @@ def test_doctor_and_the_fix_switches_agree_on_which_fixes_are_present(
 ):
     """Doctor's fixes are what the fix switches resolve in that vLLM: a release whose source only
     mentions a fix's marker words, without its methods, has the fix absent in both."""
+    monkeypatch.setenv("PDCHECK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PYTHONPATH", str(_fake_release(tmp_path, "commit_id = None", sources)))
     env = probe_vllm(sys.executable, fixes=True)
     assert env.fixes == _plugin_answer() == {"block-reuse": present, "zeroing": present}
+    assert not env.fixes_cached
+
+
+def test_fixes_are_probed_once_per_source_state_of_vllm(tmp_path, monkeypatch):
+    """The fixes answer is cached for exactly the vLLM sources it was probed on: probing the
+    same install again reads the cache, and an edit that adds the fixes to a release that
+    lacked them (as a checkout of a newer commit does) is probed again, never answered stale."""
+    monkeypatch.setenv("PDCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    release = _fake_release(tmp_path / "vllm-install", "commit_id = None", _MENTIONS_ONLY)
+    monkeypatch.setenv("PYTHONPATH", str(release))
+    first = probe_vllm(sys.executable, fixes=True)
+    again = probe_vllm(sys.executable, fixes=True)
+    absent = {"block-reuse": False, "zeroing": False}
+    assert (first.fixes, first.fixes_cached) == (absent, False)
+    assert (again.fixes, again.fixes_cached) == (absent, True)
+
+    for rel, text in _HAS_FIXES.items():
+        (release / rel).write_text(text)
+    edited = probe_vllm(sys.executable, fixes=True)
+    assert edited.vllm_source_stamp != first.vllm_source_stamp
+    assert (edited.fixes, edited.fixes_cached) == ({"block-reuse": True, "zeroing": True}, False)
