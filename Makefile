@@ -2,7 +2,8 @@
 # Each sets up .venv with pip when it is missing or stale, then runs.
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Tests run in parallel; server tests share one xdist group so real vLLM servers never overlap.
+# Tests run in parallel; local server tests share the xdist group `servers` and the Ray tests
+# the group `ray`, so at most two vLLM topologies run at once (more thrash on 2 cores: -n 4 took 14:10).
 PYTEST_WORKERS ?= 3
 # The CUDA builds of vLLM `make contract` checks pdcheck against (`make test` checks the first).
 CONTRACT_VLLM ?= 0.32.0 0.33.0
