@@ -1,9 +1,11 @@
-"""Where pdcheck finds its shipped data (sweeps, fixtures) and keeps things outside it (the model cache)."""
+"""Where pdcheck finds its shipped data (sweeps, fixtures) and keeps things outside it (the model
+and vLLM-fixes caches), and how a file there or in a run folder is written whole."""
 
 from __future__ import annotations
 
 import importlib.resources
 import os
+import tempfile
 from pathlib import Path
 
 from pdcheck.contracts import environment
@@ -44,3 +46,18 @@ def resolve_model_path(path: str) -> str:
     if path.startswith(FIXTURE_PREFIX):
         return str(fixture_models_dir() / path[len(FIXTURE_PREFIX) :])
     return path
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, fsync, then rename over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -14,6 +12,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from pdcheck.config.cells import Side
+from pdcheck.config.paths import write_text_atomic
 from pdcheck.errors import ResultsFileError
 from pdcheck.results.schema import (
     SUPPORTED_SCHEMA_VERSIONS,
@@ -78,21 +77,6 @@ def read_file(
             f"does not hold a valid {kind.__name__} (schema_version {version}): {exc}",
             path=path,
         ) from None
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside `path`, fsync, then rename over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def trim_torn_tail(path: Path) -> None:

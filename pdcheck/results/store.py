@@ -34,6 +34,7 @@ from pdcheck.analysis.paired import PairedComparison
 from pdcheck.analysis.sequential import EarlyStop
 from pdcheck.analysis.verdict import CellVerdict, Outcome
 from pdcheck.config.cells import SIDES, Side
+from pdcheck.config.paths import write_text_atomic
 from pdcheck.evals.summary import EvalSummary
 from pdcheck.results._files import (
     failure_file,
@@ -42,7 +43,6 @@ from pdcheck.results._files import (
     trim_torn_tail,
     unit_rel,
     write_file,
-    write_text_atomic,
 )
 from pdcheck.results.load import (
     CellResult,

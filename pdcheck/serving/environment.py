@@ -19,11 +19,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from pdcheck.config.paths import cache_dir
+from pdcheck.config.paths import cache_dir, write_text_atomic
 from pdcheck.contracts.vllm_programs import FIXES_PREFIX
 from pdcheck.serving.adapter_programs import (
     finish,
@@ -181,12 +180,7 @@ def _write_cached_fixes(path: Path, fixes: dict[str, bool | None]) -> None:
     """Written whole or not at all (another pdcheck may read it meanwhile); a cache that cannot
     be written only costs the next run a probe."""
     with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", dir=path.parent, prefix=path.name, delete=False
-        ) as tmp:
-            json.dump({"fixes": fixes}, tmp)
-        os.replace(tmp.name, path)
+        write_text_atomic(path, json.dumps({"fixes": fixes}))
 
 
 def _start_fixes(python: str, path_dir: str) -> subprocess.Popen[str] | None:
