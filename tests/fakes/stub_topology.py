@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -119,3 +120,31 @@ def stop_a_queued_launcher(python: str, env: dict[str, str], socket_path: str) -
     assert "asked the vLLM fork server" in queued.stderr.readline()
     queued.send_signal(signal.SIGTERM)
     assert queued.wait(timeout=30) == 128 + signal.SIGTERM
+
+
+def standin_vllm(tmp_path: Path, *, import_s: float = 0.0) -> Path:
+    """A `vllm` whose CLI import sets a variable (as vLLM's sets nine) and takes `import_s`, and
+    whose `main()` runs the stub server on the argv."""
+    site = tmp_path / "site"
+    cli = site / "vllm" / "entrypoints" / "cli"
+    cli.mkdir(parents=True)
+    for folder in (site / "vllm", site / "vllm" / "entrypoints", cli):
+        (folder / "__init__.py").write_text("")
+    (cli / "main.py").write_text(
+        textwrap.dedent(
+            f"""
+            import os, runpy, sys, time
+            os.environ["STUB_SET_BY_IMPORT"] = "yes"
+            time.sleep({import_s})
+            def main():
+                sys.argv = [{STUB!r}, *sys.argv[1:]]
+                runpy.run_path({STUB!r}, run_name="__main__")
+            """
+        )
+    )
+    return site
+
+
+def parent_of(pid: int) -> int:
+    """The parent process of `pid` (a forked server's: its fork server)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])

