@@ -165,16 +165,16 @@ class GpuInventoryError(InfraError):
 
 
 class VllmIncompatible(PdcheckError):
-    """The installed vLLM lacks internals pdcheck relies on; lists every missing name and the version."""
+    """The installed vLLM cannot be driven: outside the supported range, an import that fails, or
+    internals pdcheck relies on missing (every missing name listed), with the version."""
 
-    def __init__(self, version: str, missing: list[str]):
+    def __init__(self, version: str, missing: list[str], *, reason: str | None = None):
         self.version = version
         self.missing = list(missing)
-        super().__init__(
-            f"vLLM {version} is not compatible with pdcheck's adapter; missing: "
-            + ", ".join(self.missing)
-            + ". Update pdcheck/_vllm for this version or use a supported vLLM (0.32.x)."
+        detail = reason or (
+            "missing: " + ", ".join(self.missing) + ". Update pdcheck/_vllm for this version"
         )
+        super().__init__(f"vLLM {version} is not compatible with pdcheck's adapter; {detail}.")
 
 
 class HarnessError(PdcheckError):

@@ -6,6 +6,7 @@ from typing import Any
 
 from pdcheck._vllm.internals import resolve
 from pdcheck._vllm.records import GroupInfo, LoadStart, ScheduledRequest, StepRecord, TraceStep
+from pdcheck._vllm.versions import block_copies
 
 
 def trace_step(scheduler: Any, output: Any, loads: tuple[LoadStart, ...]) -> TraceStep:
@@ -77,7 +78,7 @@ def describe_step(scheduler: Any, output: Any, loads: list[LoadStart]) -> StepRe
                 incarnation=request.num_preemptions,
             )
         )
-    copies = tuple((c.src_block_id, c.dst_block_id) for c in (output.kv_cache_block_copies or ()))
+    copies = tuple((c.src_block_id, c.dst_block_id) for c in block_copies(output))
     return StepRecord(
         fence_seq=getattr(scheduler, "sched_step_seq", 0),
         requests=tuple(requests),

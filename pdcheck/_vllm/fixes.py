@@ -1,9 +1,9 @@
 """`python -m pdcheck._vllm.fixes`: which race fixes this python's vLLM has, as JSON on one line.
 
-The answer is `internals.fixes_present()`: the fix switches' own attribute resolution of
-`FIX_NAMES`, so `pdcheck doctor`, the run record and the plugin cannot disagree on whether a
-fix is present. A vLLM that cannot be imported at all answers `null` for every fix (unknown),
-with the error.
+The answer is `versions.fix_statuses()`: the fix switches' own resolution of each fix's forms
+(`versions.FIX_FORMS`), so `pdcheck doctor`, the run record and the plugin cannot disagree on
+whether a fix is present or in which form. A vLLM that cannot be imported at all answers
+`unknown` for every fix, with the error.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import traceback
 
-from pdcheck._vllm.internals import FIX_NAMES, fixes_present
+from pdcheck._vllm.versions import fix_statuses
+from pdcheck.contracts.fixes import unknown_statuses
 from pdcheck.contracts.vllm_programs import FIXES_PREFIX
 
 
@@ -19,12 +20,10 @@ def main() -> None:
     try:
         import vllm  # noqa: F401
     except Exception:
-        answer: dict = {
-            "fixes": dict.fromkeys(FIX_NAMES),
-            "error": traceback.format_exc(limit=-2),
-        }
+        statuses, error = unknown_statuses(), traceback.format_exc(limit=-2)
     else:
-        answer = {"fixes": fixes_present(), "error": None}
+        statuses, error = fix_statuses(), None
+    answer = {"fixes": {fix: s.to_dict() for fix, s in statuses.items()}, "error": error}
     print(FIXES_PREFIX + json.dumps(answer), flush=True)
 
 

@@ -1,12 +1,12 @@
 """The start-up check: every vLLM internal the race harness, fix switches and trace hooks name.
 
-These names (``Scheduler._free_request_blocks``, ``req_to_blocks``, ``SchedulerOutput`` fields,
-``KVCacheManager.allocate_slots``'s keywords) change between vLLM versions.
-:func:`check_internals` runs first and reports every missing name at once, with the vLLM
-version (``VllmIncompatible``).
+These names (``req_to_blocks``, ``SchedulerOutput`` fields, ``KVCacheManager.allocate_slots``'s
+keywords) change between vLLM versions. :func:`check_internals` runs first: a release older than
+the supported range is refused in one line, an import that fails is named as an import error,
+and every missing name is reported at once, with the vLLM version (``VllmIncompatible``).
 
-The two race fixes are *optional* internals: when a fix is absent (a vLLM from before it),
-:func:`fixes_present` says so, the switches become no-ops, and the harness still runs.
+The two race fixes are *optional* internals, identified by form (:mod:`pdcheck._vllm.versions`):
+a name that a fix added is never required, so the harness runs on the releases that had the race.
 Importing this module, or any module of this package, does not import vLLM; every function
 imports it where it is used.
 """
@@ -33,7 +33,6 @@ REQUIRED_NAMES: tuple[str, ...] = (
     "vllm.v1.core.sched.scheduler:Scheduler.update_from_output",
     "vllm.v1.core.sched.scheduler:Scheduler.finish_requests",
     "vllm.v1.core.sched.scheduler:Scheduler.add_request",
-    "vllm.v1.core.sched.scheduler:Scheduler._free_request_blocks",
     "vllm.v1.core.sched.scheduler:Scheduler._preempt_request",
     "vllm.v1.core.sched.async_scheduler:AsyncScheduler",
     "vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots",
@@ -53,20 +52,6 @@ REQUIRED_NAMES: tuple[str, ...] = (
     "vllm.distributed.kv_transfer.kv_connector.v1.base:KVConnectorMetadata",
     "vllm.distributed.kv_transfer.kv_connector.v1.base:SupportsHMA",
 )
-# Internals that exist only when a fix is present (vLLM PR #45357 and PR #48481).
-FIX_NAMES: dict[str, tuple[str, ...]] = {
-    "block-reuse": (
-        "vllm.v1.core.sched.scheduler:Scheduler._request_blocks_can_be_freed",
-        "vllm.v1.core.sched.scheduler:Scheduler._drain_deferred_frees",
-        "vllm.v1.core.kv_cache_manager:KVCacheManager.pop_blocks_for_free",
-    ),
-    "zeroing": (
-        "vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots(skip_zeroing_group_ids)",
-        "vllm.v1.core.kv_cache_manager:KVCacheManager.record_blocks_for_zeroing",
-    ),
-}
-
-
 def vllm_version() -> str:
     import vllm
 
@@ -104,16 +89,29 @@ def missing_names(names: tuple[str, ...]) -> list[str]:
 
 @functools.cache
 def check_internals() -> None:
-    """Raise VllmIncompatible listing every required internal the installed vLLM lacks."""
+    """Raise VllmIncompatible for a release older than the supported range, a vLLM module that
+    does not import (named with its error), or required internals the installed vLLM lacks."""
+    from pdcheck._vllm.versions import is_older_than_supported, supported_range
+
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
         raise VllmIncompatible(
             "not installed", missing=["vllm (install pdcheck[cpu] or pdcheck[gpu])"]
         ) from exc
+    version = vllm_version()
+    if is_older_than_supported(version):
+        raise VllmIncompatible(version, [], reason=f"pdcheck supports vLLM {supported_range()}")
+    for module in dict.fromkeys(name.partition(":")[0] for name in REQUIRED_NAMES):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise VllmIncompatible(
+                version, [], reason=f"importing {module} failed: {type(exc).__name__}: {exc}"
+            ) from exc
     missing = missing_names(REQUIRED_NAMES)
     if missing:
-        raise VllmIncompatible(vllm_version(), missing=missing)
+        raise VllmIncompatible(version, missing=missing)
 
 
 def quiet_vllm_logs() -> None:
@@ -123,8 +121,10 @@ def quiet_vllm_logs() -> None:
 
 @functools.cache
 def fixes_present() -> dict[str, bool]:
-    """Which race fixes the installed vLLM has; a fix whose internals are missing predates this vLLM."""
-    return {fix: not missing_names(names) for fix, names in FIX_NAMES.items()}
+    """Which race fixes the installed vLLM has, in any of their forms."""
+    from pdcheck._vllm.versions import fix_statuses
+
+    return {fix: status.state == "present" for fix, status in fix_statuses().items()}
 
 
 # What the KV-digest hooks (pdcheck._vllm.kv_digest_hooks) name, beside the injection hook's

@@ -73,8 +73,24 @@ def patch_block_reuse_fix_off() -> contextlib.AbstractContextManager[None]:
 
 
 def patch_zeroing_fix_off() -> contextlib.AbstractContextManager[None]:
-    """Connector-loaded blocks stay on the zero list: ``skip_zeroing_group_ids`` is ignored."""
+    """Connector-loaded blocks stay on the zero list, in the form this vLLM's fix has.
+
+    ``skip-zeroing-group-ids`` (0.32.0 on): the groups ``allocate_slots`` is told to skip are
+    ignored. ``skip-zero-block-ids`` (0.26.0-0.31.0): the scheduler's range query for the blocks a
+    load will fill answers none, so nothing is taken off the zero list.
+    """
+    from pdcheck._vllm.versions import fix_form
+
+    form = fix_form("zeroing")
+    if form is not None and form.form == "skip-zero-block-ids":
+        return patched(
+            kv_manager_cls(), "get_zeroing_block_ids_in_range", lambda orig: _no_block_ids
+        )
     return patch_skip_zeroing(lambda groups: ())
+
+
+def _no_block_ids(self: Any, *args: Any, **kwargs: Any) -> list[int]:
+    return []
 
 
 def patch_skip_zeroing(

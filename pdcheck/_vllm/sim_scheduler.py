@@ -15,6 +15,7 @@ from pdcheck._vllm import sim_connector
 from pdcheck._vllm.capture import block_tables, capture_loads, describe_step, group_infos
 from pdcheck._vllm.internals import check_internals
 from pdcheck._vllm.records import LoadStart, StepRecord
+from pdcheck._vllm.versions import reports_failed_loads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,10 +280,12 @@ class SimScheduler:
         req_ids = [r.request_id for r in step.requests]
         kv_output = None
         if finished_recving or failed_recving or invalid_block_ids:
+            # Before `failed_recving` (0.30.0) a failed load was known only by its invalid blocks.
+            failed = {"failed_recving": failed_recving} if reports_failed_loads() else {}
             kv_output = self._KVConnectorOutput(
                 finished_recving=finished_recving | failed_recving,
-                failed_recving=failed_recving,
                 invalid_block_ids=invalid_block_ids,
+                **failed,
             )
         output = self._ModelRunnerOutput(
             req_ids=req_ids,

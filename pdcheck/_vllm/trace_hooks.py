@@ -14,6 +14,7 @@ from typing import Any
 from pdcheck._vllm.capture import capture_loads, group_infos, trace_step
 from pdcheck._vllm.patches import patched, scheduler_cls
 from pdcheck._vllm.records import FreeRecord, GroupInfo, LoadStart, TraceStep
+from pdcheck._vllm.versions import free_method
 
 
 @dataclasses.dataclass
@@ -105,7 +106,7 @@ def trace_hooks(sink: TraceSink) -> Iterator[None]:
         stack.enter_context(patched(cls, "__init__", init))
         stack.enter_context(patched(cls, "schedule", schedule))
         stack.enter_context(patched(cls, "update_from_output", update))
-        stack.enter_context(patched(cls, "_free_request_blocks", free))
+        stack.enter_context(patched(cls, free_method(), free))
         yield
 
 

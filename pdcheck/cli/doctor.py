@@ -10,11 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from pdcheck.cli._common import console
+from pdcheck.contracts.fixes import statuses_from_record
 from pdcheck.serving.environment import collect_environment
-
-
-def _fix(value: bool | None) -> str:
-    return {True: "present", False: "ABSENT", None: "unknown"}[value]
 
 
 @click.command()
@@ -86,6 +83,7 @@ def doctor(python: str | None, as_json: bool, gpu_smoke: Path | None) -> None:
     table.add_row("CPUs", str(env["cpu_count"]))
     # Probed earlier for these very vLLM sources (pdcheck.serving.environment keeps the answer).
     cached = " (cached)" if v["fixes_cached"] else ""
-    for name, present in v["fixes"].items():
-        table.add_row(f"fix: {name}", _fix(present) + cached)
+    for name, status in statuses_from_record(v["fixes"]).items():
+        text = status.describe()
+        table.add_row(f"fix: {name}", (text.upper() if status.state == "absent" else text) + cached)
     console.print(table)

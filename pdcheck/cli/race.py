@@ -104,6 +104,10 @@ def race(
             f"{v.steps_per_s:.0f}",
         )
     console.print(table)
+    console.print(
+        "race fixes in this vLLM: "
+        + (", ".join(f"{fix} {s.describe()}" for fix, s in summary.fixes.items()) or "unknown")
+    )
     if summary.fixes_absent:
         console.print(
             f"vLLM lacks the {', '.join(summary.fixes_absent)} fix: its switch is a no-op here."

@@ -1,7 +1,7 @@
 """What pdcheck's `_vllm` programs, run by serving in the servers' python, are asked and answer.
 
-`python -m pdcheck._vllm.fixes` prints `FIXES_PREFIX` then JSON: `{"fixes": {fix: bool or
-null}, "error": str or null}`.
+`python -m pdcheck._vllm.fixes` prints `FIXES_PREFIX` then JSON: `{"fixes": {fix:
+FixStatus.to_dict()}, "error": str or null}` (pdcheck.contracts.fixes).
 
 `python -m pdcheck._vllm.import_env` prints `IMPORT_ENV_PREFIX` then JSON: the variables
 importing vLLM's CLI read, set and removed (`{"read": [...], "set": {...}, "removed": [...],

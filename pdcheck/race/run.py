@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pdcheck.contracts.fixes import FixStatus, statuses_from_record
 from pdcheck.errors import ExitCode, HarnessError, PdcheckError
 from pdcheck.race.findings import Family, Finding
 from pdcheck.race.workload import DEFAULT_VARIANTS, Workload, get_variant
@@ -107,6 +108,8 @@ class RaceSummary:
     requests: int
     depth: int | None
     variants: tuple[VariantResult, ...]
+    # Each fix's status in this vLLM, with its form (pdcheck.contracts.fixes).
+    fixes: dict[str, FixStatus] = dataclasses.field(default_factory=dict)
 
     @property
     def has_findings(self) -> bool:
@@ -122,6 +125,7 @@ class RaceSummary:
             "vllm_version": self.vllm_version,
             "disabled_fixes": list(self.disabled_fixes),
             "fixes_absent": list(self.fixes_absent),
+            "fixes": {fix: status.to_dict() for fix, status in self.fixes.items()},
             "mutation": self.mutation,
             "seeds": self.seeds,
             "seed_start": self.seed_start,
@@ -138,6 +142,7 @@ class RaceSummary:
             disabled_fixes=tuple(data["disabled_fixes"]),
             fixes_absent=tuple(data["fixes_absent"]),
             mutation=data["mutation"],
+            fixes=statuses_from_record(data.get("fixes")),
             seeds=data["seeds"],
             seed_start=data["seed_start"],
             requests=data["requests"],
@@ -228,7 +233,7 @@ def run_race(
         overrides["depth"] = depth
     workloads = [w.with_overrides(**overrides) for w in workloads]
     try:
-        from pdcheck._vllm import internals, mutations
+        from pdcheck._vllm import internals, mutations, versions
 
         prepare_vllm()
         if mutation is not None and mutation not in mutations.MUTATIONS:
@@ -264,7 +269,8 @@ def run_race(
                     results[-1].seeds_with_findings,
                     seeds,
                 )
-        absent = tuple(f for f, present in internals.fixes_present().items() if not present)
+        statuses = versions.fix_statuses()
+        absent = tuple(f for f, status in statuses.items() if status.state == "absent")
         return RaceSummary(
             vllm_version=internals.vllm_version(),
             disabled_fixes=tuple(applied),
@@ -275,6 +281,7 @@ def run_race(
             requests=requests,
             depth=depth,
             variants=tuple(results),
+            fixes=statuses,
         )
     except PdcheckError:
         raise

@@ -13,6 +13,7 @@ from typing import Any
 from pdcheck import __version__
 from pdcheck.analysis.verdict import Status
 from pdcheck.contracts import environment as contract_env
+from pdcheck.contracts.fixes import describe_statuses
 from pdcheck.report.details import DivergentQuestion, LogTail
 from pdcheck.report.rows import ResultRow
 from pdcheck.results.schema import RunSummary
@@ -143,11 +144,6 @@ def environment_section(
             ]
         )
     vllm = environment.get("vllm") or {}
-    fixes: dict[str, bool | None] = vllm.get("fixes") or {}
-    fix_text = ", ".join(
-        f"{name} {'present' if has else ('absent' if has is False else 'unknown')}"
-        for name, has in fixes.items()
-    )
     lines = [
         f"- vLLM: {vllm.get('vllm_version') or 'not found'} ({vllm.get('vllm_dist') or '?'}), "
         f"commit {vllm.get('vllm_commit') or 'unknown'}",
@@ -155,7 +151,7 @@ def environment_section(
         f"- nixl: {vllm.get('nixl_version') or 'not installed'}; torch: {vllm.get('torch_version') or '?'}",
         f"- pdcheck: {environment.get('pdcheck_version') or '?'}",
         f"- dataset sha256: `{dataset_sha256 or 'unknown'}`",
-        f"- race fixes in this vLLM: {fix_text or 'unknown'}",
+        f"- race fixes in this vLLM: {describe_statuses(vllm.get('fixes'))}",
     ]
     if tuning:
         lines += ["- pdcheck changed how vLLM ran (environment it set on the servers):", *tuning]

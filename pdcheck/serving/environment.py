@@ -3,8 +3,8 @@
 Probed in subprocesses of that python, which may be another environment's: versions, the
 commit and a stamp of vLLM's sources (every .py file's path, size and mtime) come from the file
 system without importing vLLM (fast, for every sweep's provenance); the fixes, when asked for,
-from `python -m pdcheck._vllm.fixes`, which resolves the fix switches' own names
-(`pdcheck._vllm.internals.FIX_NAMES`) in that vLLM, so doctor, the run record and the plugin
+from `python -m pdcheck._vllm.fixes`, which resolves each fix's forms with the switches' own names
+(`pdcheck._vllm.versions.FIX_FORMS`) in that vLLM, so doctor, the run record and the plugin
 answer from one source. That one imports vLLM (10-20 s of CPU, every sweep and every doctor),
 so its answer is kept in pdcheck's cache under a key of everything it depends on: the
 interpreter, torch's version, vLLM's version, commit, path and source stamp, and the program's
@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from pdcheck.config.paths import cache_dir, write_text_atomic
+from pdcheck.contracts.fixes import statuses_from_record
 from pdcheck.contracts.vllm_programs import FIXES_PREFIX
 from pdcheck.serving.adapter_programs import (
     finish,
@@ -33,7 +34,7 @@ from pdcheck.serving.adapter_programs import (
 
 FIXES_MODULE = "pdcheck._vllm.fixes"
 # What the fixes program's answer is made of: itself and the names it resolves.
-_FIXES_PROGRAM_SOURCES = (FIXES_MODULE, "pdcheck._vllm.internals")
+_FIXES_PROGRAM_SOURCES = (FIXES_MODULE, "pdcheck._vllm.internals", "pdcheck._vllm.versions")
 # Importing vLLM's scheduler: 10-20 s of CPU, far more on a loaded machine.
 _FIXES_TIMEOUT_S = 300.0
 
@@ -106,7 +107,8 @@ class VllmEnvironment:
     torch_version: str | None
     # A digest of every .py file's path, size and mtime under vllm_path.
     vllm_source_stamp: str | None = None
-    fixes: dict[str, bool | None] = field(default_factory=dict)
+    # Each fix's `FixStatus.to_dict()` (pdcheck.contracts.fixes): its state and form.
+    fixes: dict[str, dict] = field(default_factory=dict)
     # True: `fixes` was read from the cache, probed earlier for these very sources.
     fixes_cached: bool = False
     error: str | None = None
@@ -150,7 +152,7 @@ def probe_vllm(
         return replace(probed, fixes=cached, fixes_cached=True)
     with pdcheck_path() as path_dir:
         found = _fixes_of(_start_fixes(python, path_dir))
-    if found and None not in found.values():
+    if found and all(s.state != "unknown" for s in statuses_from_record(found).values()):
         _write_cached_fixes(cache, found)
     return replace(probed, fixes=found)
 
@@ -168,7 +170,7 @@ def _fixes_cache_file(env: VllmEnvironment) -> Path:
     return cache_dir() / "vllm-fixes" / f"{digest}.json"
 
 
-def _read_cached_fixes(path: Path) -> dict[str, bool | None] | None:
+def _read_cached_fixes(path: Path) -> dict[str, dict] | None:
     try:
         fixes = json.loads(path.read_text())["fixes"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -176,7 +178,7 @@ def _read_cached_fixes(path: Path) -> dict[str, bool | None] | None:
     return fixes if isinstance(fixes, dict) else None
 
 
-def _write_cached_fixes(path: Path, fixes: dict[str, bool | None]) -> None:
+def _write_cached_fixes(path: Path, fixes: dict[str, dict]) -> None:
     """Written whole or not at all (another pdcheck may read it meanwhile); a cache that cannot
     be written only costs the next run a probe."""
     with contextlib.suppress(OSError):
@@ -190,8 +192,8 @@ def _start_fixes(python: str, path_dir: str) -> subprocess.Popen[str] | None:
         return None
 
 
-def _fixes_of(proc: subprocess.Popen[str] | None) -> dict[str, bool | None]:
-    """The fixes the program resolved; every fix unknown (None) when it could not answer."""
+def _fixes_of(proc: subprocess.Popen[str] | None) -> dict[str, dict]:
+    """The fixes the program resolved; empty (every fix unknown) when it could not answer."""
     if proc is None:
         return {}
     try:

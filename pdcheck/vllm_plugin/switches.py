@@ -6,10 +6,12 @@ it hunts proves nothing. ``PDCHECK_DISABLE_FIXES`` (read by the plugin in every 
 
 - ``block-reuse``: new Scheduler instances free a request's blocks at once even while a step that
   writes them is in flight (``defer_block_free`` forced False).
-- ``zeroing``: blocks a connector will load stay on the zero list (``skip_zeroing_group_ids`` ignored).
+- ``zeroing``: blocks a connector will load stay on the zero list, in either form of the fix
+  (``pdcheck._vllm.versions.FIX_FORMS``).
 
 When the installed vLLM predates a fix, its switch is a no-op and :func:`status` says so: the fix arm
-then equals the no-fix arm for this vLLM. Importing this module does not import vLLM.
+then equals the no-fix arm for this vLLM (a sweep refuses such an arm at plan time). Importing this
+module does not import vLLM.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 
 from pdcheck.contracts import environment
+from pdcheck.contracts.fixes import FIXES
 from pdcheck.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-FIXES = ("block-reuse", "zeroing")
 ENV_VAR = environment.DISABLE_FIXES.name
 
 _installed = contextlib.ExitStack()

