@@ -17,12 +17,13 @@ from pdcheck.contracts.vllm_programs import FIXES_PREFIX
 
 
 def main() -> None:
+    error: str | None = None
     try:
         import vllm  # noqa: F401
     except Exception:
         statuses, error = unknown_statuses(), traceback.format_exc(limit=-2)
     else:
-        statuses, error = fix_statuses(), None
+        statuses = fix_statuses()
     answer = {"fixes": {fix: s.to_dict() for fix, s in statuses.items()}, "error": error}
     print(FIXES_PREFIX + json.dumps(answer), flush=True)
 

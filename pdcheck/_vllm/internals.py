@@ -52,6 +52,8 @@ REQUIRED_NAMES: tuple[str, ...] = (
     "vllm.distributed.kv_transfer.kv_connector.v1.base:KVConnectorMetadata",
     "vllm.distributed.kv_transfer.kv_connector.v1.base:SupportsHMA",
 )
+
+
 def vllm_version() -> str:
     import vllm
 
@@ -119,7 +121,6 @@ def quiet_vllm_logs() -> None:
     logging.getLogger("vllm").setLevel(logging.CRITICAL)
 
 
-@functools.cache
 def fixes_present() -> dict[str, bool]:
     """Which race fixes the installed vLLM has, in any of their forms."""
     from pdcheck._vllm.versions import fix_statuses

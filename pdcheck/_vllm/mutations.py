@@ -7,10 +7,13 @@ each one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from pdcheck._vllm.internals import missing_names, vllm_version
 from pdcheck._vllm.patches import kv_manager_cls, patch_skip_zeroing, patched, scheduler_cls
+from pdcheck.errors import VllmIncompatible
 
 
 def _mutation_free_fence_off_by_one() -> contextlib.AbstractContextManager[None]:
@@ -74,33 +77,60 @@ def _mutation_no_rezero_after_failed_load() -> contextlib.AbstractContextManager
     )
 
 
-MUTATIONS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[None]]]] = {
-    "free-fence-off-by-one": (
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    description: str
+    apply: Callable[[], contextlib.AbstractContextManager[None]]
+    # The vLLM names the mutation rewrites: a release without them has another form of the fix.
+    names: tuple[str, ...]
+
+
+_SCHEDULER = "vllm.v1.core.sched.scheduler:Scheduler"
+_KV_MANAGER = "vllm.v1.core.kv_cache_manager:KVCacheManager"
+
+MUTATIONS: dict[str, Mutation] = {
+    "free-fence-off-by-one": Mutation(
         "frees blocks while the last step that wrote them is still in flight",
         _mutation_free_fence_off_by_one,
+        (f"{_SCHEDULER}._request_blocks_can_be_freed",),
     ),
-    "deferred-fence-one-early": (
+    "deferred-fence-one-early": Mutation(
         "queues deferred frees one step too early",
         _mutation_deferred_fence_one_early,
+        (f"{_SCHEDULER}._request_blocks_can_be_freed", f"{_SCHEDULER}._free_request_blocks"),
     ),
-    "drain-before-processed": (
+    "drain-before-processed": Mutation(
         "drains deferred frees before the step is counted processed",
         _mutation_drain_before_processed,
+        (f"{_SCHEDULER}._drain_deferred_frees",),
     ),
-    "abort-frees-at-once": (
+    "abort-frees-at-once": Mutation(
         "an abort from outside frees at once; only finishes seen in outputs defer",
         _mutation_abort_frees_at_once,
+        (f"{_SCHEDULER}._drain_deferred_frees",),
     ),
-    "skip-zeroing-first-group-only": (
+    "skip-zeroing-first-group-only": Mutation(
         "skip_zeroing covers only the first loaded KV group",
         lambda: patch_skip_zeroing(lambda groups: groups[:1]),
+        (f"{_KV_MANAGER}.allocate_slots(skip_zeroing_group_ids)",),
     ),
-    "no-rezero-after-failed-load": (
+    "no-rezero-after-failed-load": Mutation(
         "blocks left unwritten by a failed load are not zeroed again",
         _mutation_no_rezero_after_failed_load,
+        (f"{_KV_MANAGER}.record_blocks_for_zeroing",),
     ),
 }
 
 
 def apply_mutation(name: str) -> contextlib.AbstractContextManager[None]:
-    return MUTATIONS[name][1]()
+    """Apply one mutation; a vLLM whose fix has another form (or none) is refused, naming it."""
+    mutation = MUTATIONS[name]
+    missing = missing_names(mutation.names)
+    if missing:
+        raise VllmIncompatible(
+            vllm_version(),
+            missing,
+            reason=f"mutation {name} rewrites {', '.join(missing)}, which this vLLM does not have "
+            "(its fix has another form, or none)",
+        )
+    return mutation.apply()

@@ -105,15 +105,30 @@ def fix_form(fix: str) -> FixForm | None:
     return None
 
 
+def first_release(fix: str) -> str:
+    """The first release that shipped `fix` in any form."""
+    return min((f.first_release for f in FIX_FORMS if f.fix == fix), key=Version)
+
+
+def fix_status(fix: str, version: str) -> FixStatus:
+    """`fix` in the installed vLLM (of `version`): present in a known form; absent in a release
+    before the fix; unknown in a release that should have it in a form pdcheck does not know
+    (a rework after the newest form here), so that its switch is refused, never a silent no-op."""
+    form = fix_form(fix)
+    if form is not None:
+        return FixStatus(fix, "present", form.form)
+    parsed = parse_version(version)
+    if parsed is not None and parsed.release >= Version(first_release(fix)).release:
+        return FixStatus(fix, "unknown")
+    return FixStatus(fix, "absent")
+
+
 def fix_statuses() -> dict[str, FixStatus]:
     """Each fix's status in the installed vLLM, for doctor, run records and race summaries."""
-    statuses = {}
-    for fix in FIXES:
-        form = fix_form(fix)
-        statuses[fix] = (
-            FixStatus(fix, "present", form.form) if form else FixStatus(fix, "absent", None)
-        )
-    return statuses
+    from pdcheck._vllm.internals import vllm_version
+
+    version = vllm_version()
+    return {fix: fix_status(fix, version) for fix in FIXES}
 
 
 @functools.cache

@@ -13,7 +13,7 @@ from typing import Any
 from pdcheck import __version__
 from pdcheck.analysis.verdict import Status
 from pdcheck.contracts import environment as contract_env
-from pdcheck.contracts.fixes import describe_statuses
+from pdcheck.contracts.fixes import describe_statuses, statuses_from_record
 from pdcheck.report.details import DivergentQuestion, LogTail
 from pdcheck.report.rows import ResultRow
 from pdcheck.results.schema import RunSummary
@@ -144,6 +144,7 @@ def environment_section(
             ]
         )
     vllm = environment.get("vllm") or {}
+    fixes = statuses_from_record(vllm.get("fixes"))
     lines = [
         f"- vLLM: {vllm.get('vllm_version') or 'not found'} ({vllm.get('vllm_dist') or '?'}), "
         f"commit {vllm.get('vllm_commit') or 'unknown'}",
@@ -156,7 +157,7 @@ def environment_section(
     if tuning:
         lines += ["- pdcheck changed how vLLM ran (environment it set on the servers):", *tuning]
     for arm, disabled in sorted(arm_fixes.items()):
-        lacking = [fix for fix in disabled if fixes.get(fix) is False]
+        lacking = [fix for fix in disabled if fix in fixes and fixes[fix].state == "absent"]
         if lacking:
             lines.append(
                 f"- note: arm `{arm}` disables {', '.join(lacking)}, which this vLLM lacks: "

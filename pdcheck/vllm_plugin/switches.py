@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from pdcheck.contracts import environment
 from pdcheck.contracts.fixes import FIXES
-from pdcheck.errors import ConfigError
+from pdcheck.errors import ConfigError, VllmIncompatible
 
 logger = logging.getLogger(__name__)
 
@@ -56,17 +56,26 @@ def _patch_for(name: str) -> contextlib.AbstractContextManager[None]:
 
 
 def _present(name: str) -> bool:
-    from pdcheck._vllm import internals
+    """Whether the switch has a fix to turn off; a fix in a form pdcheck does not know is refused."""
+    from pdcheck._vllm import internals, versions
 
-    present = internals.fixes_present()[name]
-    if not present and name not in _absent:
+    status = versions.fix_statuses()[name]
+    if status.state == "unknown":
+        raise VllmIncompatible(
+            internals.vllm_version(),
+            [],
+            reason=f"its {name} fix has a form pdcheck does not know (known: "
+            + ", ".join(f.form for f in versions.FIX_FORMS if f.fix == name)
+            + "), so it cannot be switched off",
+        )
+    if status.state == "absent" and name not in _absent:
         _absent.add(name)
         logger.warning(
             "vLLM %s has no %s fix; disabling it is a no-op (the fix arm equals the no-fix arm)",
             internals.vllm_version(),
             name,
         )
-    return present
+    return status.state == "present"
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """Run inside a CUDA build (tests/contract/builds.py): print, as JSON, the vLLM names pdcheck depends on that it lacks.
 
-- the race harness's and fix switches' internals (`REQUIRED_NAMES`, `FIX_NAMES`), and the
+- the race harness's and fix switches' internals (`REQUIRED_NAMES`, each fix's form), and the
   plugin's worker-side names (`check_worker_names`), all from pdcheck/_vllm;
 - the Prometheus sample names a NIXL decoder exposes, from vLLM's own stat logger with a NIXL
   KV-transfer config, so that serving/metrics.py reads counters that exist.
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 
-from pdcheck._vllm.internals import FIX_NAMES, REQUIRED_NAMES, missing_names
+from pdcheck._vllm.internals import REQUIRED_NAMES, missing_names
 from pdcheck._vllm.sim_scheduler import config_only_model_dir
+from pdcheck._vllm.versions import fix_statuses
 from pdcheck._vllm.worker import check_worker_names
 from pdcheck.errors import VllmIncompatible
 
@@ -59,7 +60,7 @@ def main() -> None:
     result = {
         "vllm_version": vllm.__version__,
         "required_missing": missing_names(REQUIRED_NAMES),
-        "fix_names_missing": {fix: missing_names(names) for fix, names in FIX_NAMES.items()},
+        "fixes": {fix: status.to_dict() for fix, status in fix_statuses().items()},
         "worker_names_missing": worker_names_missing(),
         "metrics": metric_names(),
     }

@@ -53,7 +53,10 @@ def test_doctor_reads_version_commit_and_fixes_from_the_build(build: Build):
         build.version,
         RELEASES[build.version],
     )
-    assert vllm["fixes"] == {"block-reuse": True, "zeroing": True}
+    assert vllm["fixes"] == {
+        "block-reuse": {"state": "present", "form": "deferred-free"},
+        "zeroing": {"state": "present", "form": "skip-zeroing-group-ids"},
+    }
 
 
 # `pdcheck sweep --dry-run`'s own planning and checking, run on the build: every distinct server
@@ -183,7 +186,10 @@ def test_adapter_names_exist_in_the_build(names: dict, build: Build):
     """Every vLLM internal the race harness, fix switches and injection plugin name (pdcheck/_vllm) exists in the build."""
     assert names["vllm_version"] == build.version
     assert names["required_missing"] == []
-    assert names["fix_names_missing"] == {"block-reuse": [], "zeroing": []}
+    assert names["fixes"] == {
+        "block-reuse": {"state": "present", "form": "deferred-free"},
+        "zeroing": {"state": "present", "form": "skip-zeroing-group-ids"},
+    }
     assert names["worker_names_missing"] == []
 
 

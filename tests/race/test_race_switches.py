@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from pdcheck._vllm.sim_scheduler import SchedulerSpec, SimScheduler
+from pdcheck.contracts.fixes import FixStatus
 from pdcheck.race import run_race
 from pdcheck.vllm_plugin import switches
 
@@ -59,13 +60,21 @@ def test_zeroing_switch_puts_loaded_blocks_back_on_the_zero_list(adapter):
 
 def test_a_fix_this_vllm_lacks_makes_its_switch_a_no_op_and_says_so(adapter, monkeypatch):
     """An older vLLM without the fix: the switch applies nothing, status() and the summary name the absent fix."""
-    monkeypatch.setattr(adapter, "fixes_present", lambda: {"block-reuse": False, "zeroing": True})
+    from pdcheck._vllm import versions
+
+    present = versions.fix_statuses()
+    monkeypatch.setattr(
+        versions,
+        "fix_statuses",
+        lambda: present | {"block-reuse": FixStatus("block-reuse", "absent")},
+    )
     with switches.disable_fixes(["block-reuse"]) as applied:
         assert applied == []
         assert SimScheduler(SchedulerSpec()).defer_block_free
     assert switches.status()["fixes_absent"] == ["block-reuse"]
     summary = run_race(seeds=1, requests=40, variants=["attention"], disable_fixes=["block-reuse"])
     assert summary.fixes_absent == ("block-reuse",) and summary.disabled_fixes == ()
+    assert summary.fixes["block-reuse"].describe() == "absent"
 
 
 def test_install_from_env_is_the_same_switch_and_idempotent():

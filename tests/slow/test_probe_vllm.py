@@ -35,6 +35,34 @@ _HAS_FIXES = {
         "    def record_blocks_for_zeroing(self, blocks): ...\n"
     ),
 }
+# 0.26.0-0.31.0's shape: the deferred free without `_request_blocks_can_be_freed` (0.30.0 on),
+# and the zeroing fix as a per-block skip list, before 0.32.0 reworked it into group ids.
+_OLDER_FORMS = {
+    "vllm/v1/core/sched/scheduler.py": (
+        "class Scheduler:\n"
+        "    def _drain_deferred_frees(self): ...\n"
+        "    def _get_new_block_ids_to_zero(self): ...\n"
+    ),
+    "vllm/v1/core/kv_cache_manager.py": (
+        "class KVCacheManager:\n"
+        "    def pop_blocks_for_free(self, request): ...\n"
+        "    def allocate_slots(self, request): ...\n"
+        "    def get_zeroing_block_ids_in_range(self, request_id, start, end): ...\n"
+        "    def record_blocks_for_zeroing(self, request_id, start_token): ...\n"
+    ),
+}
+_NEWEST = {
+    "block-reuse": {"state": "present", "form": "deferred-free"},
+    "zeroing": {"state": "present", "form": "skip-zeroing-group-ids"},
+}
+_OLDER = {
+    "block-reuse": {"state": "present", "form": "deferred-free"},
+    "zeroing": {"state": "present", "form": "skip-zero-block-ids"},
+}
+_ABSENT = {
+    "block-reuse": {"state": "absent", "form": None},
+    "zeroing": {"state": "absent", "form": None},
+}
 
 
 def _fake_release(root: Path, commit_line: str, sources: dict[str, str] = _HAS_FIXES) -> Path:
@@ -70,25 +98,31 @@ def test_release_commit_is_the_bare_hash(tmp_path, monkeypatch, commit_line, com
     assert (env.vllm_dist, env.vllm_version, env.vllm_commit) == ("vllm", "0.32.0", commit)
 
 
-def _plugin_answer() -> dict[str, bool]:
-    """What the fix switches themselves resolve in the child python (pdcheck._vllm.internals)."""
-    code = "import json; from pdcheck._vllm.internals import fixes_present; print(json.dumps(fixes_present()))"
+def _plugin_answer() -> dict[str, dict]:
+    """What the fix switches themselves resolve in the child python (pdcheck._vllm.versions)."""
+    code = (
+        "import json; from pdcheck._vllm.versions import fix_statuses; "
+        "print(json.dumps({f: s.to_dict() for f, s in fix_statuses().items()}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
 @pytest.mark.parametrize(
-    ("sources", "present"), [(_HAS_FIXES, True), (_MENTIONS_ONLY, False)], ids=["has", "mentions"]
+    ("sources", "fixes"),
+    [(_HAS_FIXES, _NEWEST), (_OLDER_FORMS, _OLDER), (_MENTIONS_ONLY, _ABSENT)],
+    ids=["has", "older-forms", "mentions"],
 )
 def test_doctor_and_the_fix_switches_agree_on_which_fixes_are_present(
-    tmp_path, monkeypatch, sources, present
+    tmp_path, monkeypatch, sources, fixes
 ):
     """Doctor's fixes are what the fix switches resolve in that vLLM: a release whose source only
-    mentions a fix's marker words, without its methods, has the fix absent in both."""
+    mentions a fix's marker words, without its methods, has the fix absent in both; 0.26-0.31's
+    older zeroing fix is present, in its own form."""
     monkeypatch.setenv("PDCHECK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PYTHONPATH", str(_fake_release(tmp_path, "commit_id = None", sources)))
     env = probe_vllm(sys.executable, fixes=True)
-    assert env.fixes == _plugin_answer() == {"block-reuse": present, "zeroing": present}
+    assert env.fixes == _plugin_answer() == fixes
     assert not env.fixes_cached
 
 
@@ -101,12 +135,11 @@ def test_fixes_are_probed_once_per_source_state_of_vllm(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(release))
     first = probe_vllm(sys.executable, fixes=True)
     again = probe_vllm(sys.executable, fixes=True)
-    absent = {"block-reuse": False, "zeroing": False}
-    assert (first.fixes, first.fixes_cached) == (absent, False)
-    assert (again.fixes, again.fixes_cached) == (absent, True)
+    assert (first.fixes, first.fixes_cached) == (_ABSENT, False)
+    assert (again.fixes, again.fixes_cached) == (_ABSENT, True)
 
     for rel, text in _HAS_FIXES.items():
         (release / rel).write_text(text)
     edited = probe_vllm(sys.executable, fixes=True)
     assert edited.vllm_source_stamp != first.vllm_source_stamp
-    assert (edited.fixes, edited.fixes_cached) == ({"block-reuse": True, "zeroing": True}, False)
+    assert (edited.fixes, edited.fixes_cached) == (_NEWEST, False)

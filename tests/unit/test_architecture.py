@@ -64,7 +64,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "__main__": {"cli"},
     "_vllm": {"contracts", "errors"},
     "vllm_plugin": {"_vllm", "contracts", "errors"},
-    "race": {"_vllm", "vllm_plugin", "errors"},
+    "race": {"_vllm", "vllm_plugin", "contracts", "errors"},
     "bisect": {"contracts", "errors"},
     "fixtures": {"config", "evals", "serving", "errors"},
     "pytest_plugin": {"analysis", "config", "results", "serving", "sweep", "errors"},
