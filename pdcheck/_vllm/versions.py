@@ -17,8 +17,10 @@ from packaging.version import InvalidVersion, Version
 
 from pdcheck.contracts.fixes import FIXES, FixStatus
 
-# The oldest release whose V1 scheduler, KV cache manager and KV connector API the harness drives.
-OLDEST_SUPPORTED = "0.22.0"
+# The oldest release whose V1 scheduler, KV cache manager and KV connector API the harness drives:
+# 0.19.0 has no `resolve_kv_cache_block_sizes` (the scheduler has one block size for hashing and
+# allocation), so the scheduler cannot be built the way EngineCore builds it there.
+OLDEST_SUPPORTED = "0.20.0"
 
 _SCHEDULER = "vllm.v1.core.sched.scheduler:Scheduler"
 _KV_MANAGER = "vllm.v1.core.kv_cache_manager:KVCacheManager"

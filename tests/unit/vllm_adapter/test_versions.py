@@ -11,10 +11,10 @@ from pdcheck.contracts.fixes import FixStatus, describe_statuses, statuses_from_
 @pytest.mark.parametrize(
     ("version", "older"),
     [
-        ("0.21.0", True),
-        ("0.21.9.dev3+gabc", True),
-        ("0.22.0", False),
-        ("0.22.0rc1", False),  # a release candidate of the oldest release has its code
+        ("0.19.1", True),
+        ("0.19.9.dev3+gabc", True),
+        ("0.20.0", False),
+        ("0.20.0rc1", False),  # a release candidate of the oldest release has its code
         ("0.32.1.dev12+g5df63a7.cpu", False),
         ("unknown", False),  # a tree without metadata is judged by its names, not refused
     ],
