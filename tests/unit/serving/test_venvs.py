@@ -32,7 +32,7 @@ def test_pdcheck_and_its_vllm_plugin_are_linked_into_the_venv(tmp_path):
 def test_setup_script_removes_the_cuda_packages_through_the_one_list(monkeypatch):
     script = (REPO / "scripts" / "setup-venv.sh").read_text()
     assert "-m pdcheck.serving.venvs remove-cuda-packages" in script
-    assert "pip\" uninstall" not in script and "pip uninstall" not in script
+    assert 'pip" uninstall' not in script and "pip uninstall" not in script
     removed: list[tuple[str, ...]] = []
     monkeypatch.setattr(venvs, "_pip", lambda python, *args: removed.append((python, *args)))
     assert venvs.main(["remove-cuda-packages", "/v/bin/python"]) == 0
