@@ -192,7 +192,10 @@ def sync_cells_note(
         "the races' effects itself and still tests the PD path. Whether the vLLM has a race is "
         "the race harness's verdict, which drives that vLLM's scheduler with async scheduling on:"
     ]
-    for env, cells in sync_cells.items():
+    # The main vLLM first, then the environments by name.
+    for env, cells in sorted(
+        sync_cells.items(), key=lambda item: (item[0] is not None, item[0] or "")
+    ):
         label = f"environment `{env}`" if env else "the main vLLM"
         lines.append(
             f"  - {label} ({versions.get(env) or 'version unknown'}, {len(cells)} sync "
