@@ -2,12 +2,13 @@
 entry its selected cells name, made ready before anything starts and recorded in run.json.
 
 Ready means: a pip requirement's venv is built (`pdcheck.serving.venvs`; pip failing is exit 3
-naming it), and every model folder the cells load exists (exit 3 naming model and path). Both
-are checked before the run folder or any server exists.
+naming it), every given python or `vllm` executable is there, and every model folder the cells
+load exists (exit 3 naming model and path). All are checked before the run folder or any server exists.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 from pdcheck.config import Cell
 from pdcheck.config.paths import check_model_paths, environment_python
 from pdcheck.config.schema import EnvironmentSpec
+from pdcheck.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,21 @@ def prepare_environments(cells: Sequence[Cell]) -> None:
     from pdcheck.serving.venvs import ensure_environment
 
     for env in cell_environments(cells):
+        _check_given_program(env)
         ensure_environment(env)
+
+
+def _check_given_program(env: EnvironmentSpec) -> None:
+    """A `python:` or `vllm:` executable that is not there would end as a server that never
+    started; say so now, naming the environment."""
+    given = env.python if env.python is not None else env.executable
+    if given is None or shutil.which(given) is not None:
+        return
+    key = "python" if env.python is not None else "vllm"
+    raise ConfigError(
+        f"environment {env.name!r}: its {key} {given!r} is not an executable file; give the "
+        "path of that installation's one (or a pip requirement as `vllm:`)"
+    )
 
 
 def environment_records(cells: Sequence[Cell]) -> list[dict[str, Any]]:

@@ -130,3 +130,17 @@ def test_the_race_harness_runs_once_per_environment_in_its_python(tmp_path, monk
     # A resumed run keeps the verdicts it has.
     (tmp_path / "run" / "race" / "old" / "summary.json").write_text("{}")
     assert [h.environment for h in _race_harnesses(RaceSettings(), store, cells)] == [None]
+
+
+def test_a_python_that_is_not_there_is_exit_3_naming_the_environment(
+    tmp_path, monkeypatch, capsys, no_servers
+):
+    monkeypatch.setenv("PDCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    model = tmp_path / "model"
+    model.mkdir()
+    gone = "environments:\n  - name: old\n    python: /nonexistent/venv/bin/python\n"
+    sweep = _file(tmp_path, model_path=str(model), environments=gone, arm=OLD_ARM)
+    assert main(["sweep", str(sweep), "--out", str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err
+    assert "'old'" in err and "/nonexistent/venv/bin/python" in err
+    assert not (tmp_path / "out").exists()
