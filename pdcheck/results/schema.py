@@ -230,6 +230,8 @@ class RaceOutcome(msgspec.Struct, frozen=True, kw_only=True):
     argv: tuple[str, ...] = ()
     duration_s: float | None = None
     result: dict[str, Any] | None = None
+    # The sweep's `environments:` entry whose python ran the harness; None: pdcheck's own.
+    environment: str | None = None
 
     def findings_by_family(self) -> dict[str, int]:
         """Seeds with findings per family, summed over the harness's variants."""
@@ -263,3 +265,5 @@ class RunSummary(Stamped, frozen=True, kw_only=True):
     race: RaceOutcome | None
     counts: Counts
     exit_code: int
+    # The harness in each other environment's python (race/<name>/summary.json).
+    environment_races: tuple[RaceOutcome, ...] = ()

@@ -272,13 +272,21 @@ class RunStore:
         return CellStore(self.root, dirname, provenance or self.provenance)
 
     def write_race_summary(self, race: RaceOutcome) -> None:
+        # Tests hand a plain dict (msgspec converts it); that is pdcheck's own harness.
         write_file(
-            self.root / "race" / "summary.json", RaceFile(**stamp(self.provenance), race=race)
+            self.race_folder(getattr(race, "environment", None)) / "summary.json",
+            RaceFile(**stamp(self.provenance), race=race),
         )
 
     @property
     def race_dir(self) -> Path:
         path = self.root / "race"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def race_folder(self, environment: str | None) -> Path:
+        """race/ for the harness in pdcheck's python, race/<name>/ for an environment's."""
+        path = self.race_dir / environment if environment else self.race_dir
         path.mkdir(parents=True, exist_ok=True)
         return path
 

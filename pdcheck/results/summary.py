@@ -68,12 +68,15 @@ def summarize(results: RunResults) -> RunSummary:
         )
     if results.race is not None:
         statuses.append(results.race.status)
+    # A race the harness finds in another environment's vLLM is a finding of this sweep too.
+    statuses += [race.status for race in results.environment_races]
     return RunSummary(
         **stamp(results.info.provenance),
         sweep=results.info.sweep.name,
         cells=tuple(cells),
         attribution=tuple(attribution(results)),
         race=results.race,
+        environment_races=results.environment_races,
         counts=Counts(status=count(statuses), verdict=count(verdicts)),
         exit_code=int(run_exit_code(statuses)),
     )

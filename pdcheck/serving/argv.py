@@ -18,7 +18,7 @@ from typing import Literal
 
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.config.cells import Role
-from pdcheck.config.paths import FIXTURE_PREFIX
+from pdcheck.config.paths import FIXTURE_PREFIX, environment_python
 from pdcheck.contracts import batch_invariance, environment, vllm_names
 
 Platform = Literal["cpu", "gpu"]
@@ -86,7 +86,7 @@ class ServerPorts:
 def cell_python(cell: Cell) -> str:
     """The python the cell's servers run (the arm's environment's, else pdcheck's own)."""
     env = cell.environment
-    return (env.python if env is not None else None) or sys.executable
+    return (environment_python(env) if env is not None else None) or sys.executable
 
 
 def launcher_argv(cell: Cell, *, platform: Platform) -> list[str]:
@@ -96,8 +96,8 @@ def launcher_argv(cell: Cell, *, platform: Platform) -> list[str]:
     module, or its `vllm` executable when the arm's environment names one.
     """
     env = cell.environment
-    if env is not None and env.vllm is not None:
-        return [env.vllm]
+    if env is not None and env.executable is not None:
+        return [env.executable]
     module = CPU_LAUNCHER_MODULE if platform == "cpu" else vllm_names.CLI_MODULE
     return [cell_python(cell), "-m", module]
 

@@ -48,8 +48,16 @@ class RaceRun:
     manager: leaving the block early (an error, Ctrl-C) stops a harness that is still running."""
 
     def __init__(
-        self, settings: RaceSettings, *, python: str, out_dir: Path, timeout_s: float = 1800.0
+        self,
+        settings: RaceSettings,
+        *,
+        python: str,
+        out_dir: Path,
+        timeout_s: float = 1800.0,
+        environment: str | None = None,
     ) -> None:
+        # The `environments:` entry whose vLLM this harness drives (None: pdcheck's own).
+        self.environment = environment
         self.json_path = out_dir / "race.json"
         self.log_path = out_dir / "race.log"
         self.argv = race_argv(settings, python=python, json_path=self.json_path)
@@ -118,6 +126,7 @@ def _outcome(race: RaceRun, code: int | None, *, duration_s: float) -> RaceOutco
         argv=tuple(race.argv),
         duration_s=round(duration_s, 2),
         result=result,
+        environment=race.environment,
     )
 
 

@@ -10,7 +10,6 @@ import contextlib
 import functools
 import hashlib
 import logging
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -33,6 +32,11 @@ from pdcheck.results.store import Provenance, RunStore, create_run
 from pdcheck.serving.endpoints import Endpoints, attach
 from pdcheck.sweep.backends import AttachBackend, Backend, BackendChoice, ray_settings
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
+from pdcheck.sweep.environments import (
+    environment_records,
+    prepare_environments,
+    sweep_environments,
+)
 from pdcheck.sweep.events import EventSink, Progress
 from pdcheck.sweep.judging import clean_tests
 from pdcheck.sweep.race import RaceRun
@@ -204,10 +208,16 @@ def run_sweep(
     if backend is None and request.attach is None:
         from pdcheck.serving.weights import fetch_weights
 
+        # Exit 3 before any server (or the run folder) exists: a missing model folder, a
+        # requirement pip cannot install.
+        prepare_environments(prepared.cells)
+
         weights = Progress(on_event)
         fetch_weights(prepared.cells, report=lambda message: weights.emit("weights", message))
     backend = backend or make_backend(request, prepared)
     environment, provenance = run_environment(attached=request.attach is not None)
+    if request.attach is None and any(c.environment is not None for c in prepared.cells):
+        environment = {**environment, "environments": environment_records(prepared.cells)}
     shard = request.shard
     store = create_run(
         prepared.out,
@@ -228,26 +238,38 @@ def run_sweep(
     engine = Engine(
         prepared.cells, store=store, backend=backend, options=options, on_event=on_event
     )
-    # The harness runs once per sweep: in an unsharded run or in shard 1, beside the servers.
+    # The harness runs once per sweep and vLLM environment (each in its own python): in an
+    # unsharded run or in shard 1, beside the servers.
     settings = prepared.spec.race
     run_race = request.attach is None and (shard is None or shard[0] == 1)
-    harness = _race_harness(settings, store) if settings is not None and run_race else None
-    with harness or contextlib.nullcontext():
+    harnesses = _race_harnesses(settings, store, prepared.cells) if settings and run_race else []
+    with contextlib.ExitStack() as stack:
+        for harness in harnesses:
+            stack.enter_context(harness)
         return engine.run(
-            before_finish=functools.partial(_race, harness, store, engine) if harness else None,
+            before_finish=functools.partial(_race, harnesses, store, engine) if harnesses else None,
         )
 
 
-def _race_harness(settings: RaceSettings, store: RunStore) -> RaceRun | None:
-    """The harness to start, unless a resumed run already has its verdict."""
-    if store.root.joinpath("race", "summary.json").is_file():
-        return None
-    return RaceRun(settings, python=sys.executable, out_dir=store.race_dir)
+def _race_harnesses(
+    settings: RaceSettings, store: RunStore, cells: Sequence[Cell]
+) -> list[RaceRun]:
+    """A harness per environment to start, but those whose verdict a resumed run already has."""
+    harnesses = []
+    for env in sweep_environments(cells):
+        folder = store.race_folder(env.name)
+        if not folder.joinpath("summary.json").is_file():
+            harnesses.append(
+                RaceRun(settings, python=env.python, out_dir=folder, environment=env.name)
+            )
+    return harnesses
 
 
-def _race(harness: RaceRun, store: RunStore, engine: Engine) -> None:
+def _race(harnesses: Sequence[RaceRun], store: RunStore, engine: Engine) -> None:
     engine.progress.phase = "race harness"
     engine.progress.emit("phase", "race harness")
-    race = harness.outcome()
-    store.write_race_summary(race)
-    engine.progress.emit("race", f"race harness: {race.status} ({race.reason})")
+    for harness in harnesses:
+        race = harness.outcome()
+        store.write_race_summary(race)
+        where = f" on {harness.environment}" if harness.environment else ""
+        engine.progress.emit("race", f"race harness{where}: {race.status} ({race.reason})")
