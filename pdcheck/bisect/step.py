@@ -105,7 +105,7 @@ def build_overlay(worktree: Path, sha: str, installed_vllm: Path, dest: Path) ->
     return root
 
 
-def _explain_infra(log_text: str, probe: Prober) -> str | None:
+def explain_infra(log_text: str, probe: Prober) -> str | None:
     """Why a run could not judge the commit, when the cause is the commit itself (so caching it is
     right): the compiled ABI, an import error (named as one), or internals the adapter lacks."""
     lines = [ln for ln in log_text.strip().splitlines() if ln.strip()]
@@ -199,7 +199,7 @@ def run_step(cfg: BisectConfig) -> StepResult:
             codes.append(predicate_proc.returncode)
             if predicate_proc.returncode not in (0, 1):
                 probe = subprocess_prober(cfg.python, env, cwd=str(out))
-                why = _explain_infra((run_dir / "output.log").read_text(errors="replace"), probe)
+                why = explain_infra((run_dir / "output.log").read_text(errors="replace"), probe)
                 if why is not None:
                     skip_reason = why
                     break

@@ -78,7 +78,9 @@ def config(repo: Path, tmp: Path, good: str, bad: str, **kw) -> BisectConfig:
 def test_dry_run_plan(tmp_path):
     repo, shas = make_history(tmp_path)
     plan = plan_bisect(config(repo, tmp_path, shas[0], shas[-1]))
-    assert plan.commits == 19 and plan.expected_steps == 5
+    assert plan.commits == 19 and plan.expected_steps == 5 + 2, (
+        "log2 of the range plus both endpoints"
+    )
     assert "pdcheck.bisect.step" in plan.render()
 
 
