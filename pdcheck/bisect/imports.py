@@ -28,7 +28,7 @@ print(json.dumps(failed))
 """
 _MODULE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*$")
 _ERROR_LINE = re.compile(r"^([A-Z]\w*(Error|Exception|Incompatible|Exit)\b[^:]*):\s*(.*)$")
-_IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "SyntaxError", "IndentationError")
+_IMPORT_ERROR_IN = re.compile(r"\b(ImportError|ModuleNotFoundError|SyntaxError|IndentationError):")
 
 Prober = Callable[[list[str]], Mapping[str, str]]
 
@@ -57,8 +57,9 @@ def last_error_line(text: str) -> str | None:
 def explain_failure(text: str, probe: Prober) -> str:
     """One line saying why the run could not judge its vLLM, naming an import error as one."""
     line = last_error_line(text)
-    if line is not None and line.split(":", 1)[0].split()[-1] in _IMPORT_ERRORS:
-        return f"does not import: {line}"
+    # The import error may be the line's own type or wrapped ("HarnessError: ... SyntaxError: ...").
+    if line is not None and (found := _IMPORT_ERROR_IN.search(line)):
+        return f"does not import: {line[found.start() :]}"
     modules = missing_modules(text)
     failed = dict(probe(modules)) if modules else {}
     if failed:

@@ -327,3 +327,10 @@ def test_the_report_is_a_table_of_every_release_tested():
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
     assert len(rows) == len(result.verdicts)
     assert rows[0].startswith("| 1 | 0.22.0 | race | 1 |")
+
+
+def test_an_import_error_wrapped_by_the_harness_is_still_named():
+    text = "HarnessError: race harness could not run: SyntaxError: invalid syntax (scheduler.py, line 9)"
+    assert explain_failure(text, lambda m: {}) == (
+        "does not import: SyntaxError: invalid syntax (scheduler.py, line 9)"
+    )
