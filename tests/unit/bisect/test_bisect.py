@@ -120,6 +120,7 @@ def test_release_bisect_bad_input_exits_3_and_starts_nothing(argv, says, capsys)
 
 
 def test_race_options_are_passed_to_the_release_child_unchanged():
+    """The child on a release runs exactly the options the user gave."""
     argv = race_argv(
         seeds=2,
         seed_start=5,

