@@ -121,6 +121,11 @@ def build_release_overlay(
             "installed_path": str(installed.path),
         }
         (tmp / MANIFEST).write_text(json.dumps(record, indent=1) + "\n")
+        current = read_manifest(root)
+        if current and current.get("installed_path") == str(installed.path):
+            # Another run built the same overlay meanwhile, and may be importing from it.
+            shutil.rmtree(tmp, ignore_errors=True)
+            return Overlay(root, release, installed.version, int(current.get("linked_files", 0)))
         if root.exists():
             shutil.rmtree(root)
         os.replace(tmp, root)
