@@ -12,6 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field
 Predicate = Literal["race", "sweep", "cmd"]
 Policy = Literal["any-bad", "majority"]
 Install = Literal["overlay", "pip", "custom", "none"]
+# git's old/new terms: a regression is looked for from good (old) to bad (new); a fix from a
+# commit where the predicate fails (old) to one where it passes (new).
+Find = Literal["regression", "fix"]
+GIT_TERMS: dict[str, tuple[str, str]] = {"regression": ("good", "bad"), "fix": ("broken", "fixed")}
 
 POLICIES = {
     "any-bad": "bad if any run is bad; good only if every run is good; otherwise skip",
@@ -23,8 +27,11 @@ class BisectConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     vllm_repo: str
-    good: str
-    bad: str
+    good: str  # the old endpoint (with --find fix: a commit where the predicate fails)
+    bad: str  # the new endpoint (with --find fix: a commit where it passes)
+    find: Find = "regression"
+    # Test both endpoints before bisecting (off only for histories whose ends are known).
+    check_endpoints: bool = True
     predicate: Predicate
     # race: extra `pdcheck race` options; cmd: the command; sweep: unused.
     args: tuple[str, ...] = ()
@@ -60,6 +67,11 @@ class BisectConfig(BaseModel):
             "installed_vllm_version": self.installed_vllm_version,
         }
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def terms(self) -> tuple[str, str]:
+        """git bisect's (old, new) terms for this search."""
+        return GIT_TERMS[self.find]
 
     def step_argv(self, config_path: str | Path) -> list[str]:
         return [self.python, "-m", "pdcheck.bisect.step", str(config_path)]

@@ -1,7 +1,8 @@
 """One `git bisect run` step: install the checked-out commit, run the predicate k times, exit 0/1/125.
 
 Run as `python -m pdcheck.bisect.step CONFIG.json` inside the bisect worktree. Exit codes follow
-git's convention: 0 good, 1 bad, 125 skip. An infra failure (the commit does not build or
+git's convention: 0 the old term, 1 the new one, 125 skip (looking for a regression, old is the
+predicate passing; looking for a fix, old is it failing). An infra failure (the commit does not build or
 import, a server crashed, the harness could not run) is a skip, never "bad".
 """
 
@@ -19,11 +20,24 @@ from pathlib import Path
 
 from pdcheck.bisect import git as g
 from pdcheck.bisect.config import BisectConfig
+from pdcheck.bisect.imports import Prober, explain_failure, is_import_failure, subprocess_prober
+from pdcheck.bisect.overlay import link_installed_files
 from pdcheck.contracts.vllm_names import COMPILED_OPS_ERRORS
 from pdcheck.errors import ExitCode
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
-_EXIT = {GOOD: 0, BAD: 1, SKIP: int(ExitCode.BISECT_SKIP)}
+
+
+def git_exit(outcome: str, find: str) -> int:
+    """The exit `git bisect run` reads: 0 for the old term, 1 for the new, 125 skip.
+
+    A step's outcome is the predicate's (good: it passes). Looking for a regression, passing is
+    old; looking for a fix, failing is old and passing is new.
+    """
+    if outcome == SKIP:
+        return int(ExitCode.BISECT_SKIP)
+    passes = outcome == GOOD
+    return (1 if passes else 0) if find == "fix" else (0 if passes else 1)
 
 
 @dataclass(frozen=True)
@@ -63,8 +77,10 @@ def decide_outcome(exit_codes: list[int], policy: str) -> tuple[str, str]:
 def build_overlay(worktree: Path, sha: str, installed_vllm: Path, dest: Path) -> Path:
     """Lay the commit's `vllm/` Python sources over the installed vLLM's compiled parts.
 
-    Returns the directory to put first on PYTHONPATH. Files the commit has come from git;
-    every other file (compiled ops, data) is a symlink into the installed package. No build.
+    Returns the directory to put first on PYTHONPATH. Files the commit has come from git; the
+    installed package adds only its non-`.py` files (compiled ops, data), never a module: an
+    installed package (0.32's `vllm/multimodal/cache/`) would shadow the commit's `cache.py`.
+    No build.
     """
     root = dest / sha
     if (root / "vllm" / "__init__.py").exists():
@@ -84,25 +100,23 @@ def build_overlay(worktree: Path, sha: str, installed_vllm: Path, dest: Path) ->
         archive.seek(0)
         with tarfile.open(fileobj=archive) as tar:
             tar.extractall(tmp, filter="data")
-    for src in installed_vllm.rglob("*"):
-        if src.is_dir() or "__pycache__" in src.parts:
-            continue
-        target = tmp / "vllm" / src.relative_to(installed_vllm)
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.symlink_to(src)
+    link_installed_files(installed_vllm, tmp / "vllm")
     tmp.rename(root)
     return root
 
 
-def _explain_infra(log_text: str) -> str | None:
-    """Why a run could not judge the commit, when its output says (compiled ABI, import failure)."""
+def explain_infra(log_text: str, probe: Prober) -> str | None:
+    """Why a run could not judge the commit, when the cause is the commit itself (so caching it is
+    right): the compiled ABI, an import error (named as one), or internals the adapter lacks."""
     lines = [ln for ln in log_text.strip().splitlines() if ln.strip()]
     tail = lines[-1] if lines else "(no output)"
     if any(m in log_text for m in COMPILED_OPS_ERRORS):
         return f"the commit's compiled ABI is too far from the installed vLLM: {tail}"
-    if "Error" in log_text and ("import" in log_text or "SyntaxError" in log_text):
-        return f"the commit does not import: {tail}"
+    why = explain_failure(log_text, probe)
+    if is_import_failure(why):
+        return f"the commit {why}"
+    if "VllmIncompatible" in log_text:
+        return f"the harness cannot drive the commit: {why}"
     return None
 
 
@@ -184,7 +198,8 @@ def run_step(cfg: BisectConfig) -> StepResult:
                 )
             codes.append(predicate_proc.returncode)
             if predicate_proc.returncode not in (0, 1):
-                why = _explain_infra((run_dir / "output.log").read_text(errors="replace"))
+                probe = subprocess_prober(cfg.python, env, cwd=str(out))
+                why = explain_infra((run_dir / "output.log").read_text(errors="replace"), probe)
                 if why is not None:
                     skip_reason = why
                     break
@@ -195,7 +210,8 @@ def run_step(cfg: BisectConfig) -> StepResult:
         outcome, reason = SKIP, skip_reason
 
     result = StepResult(sha, outcome, reason, tuple(codes), round(time.monotonic() - start, 2))
-    # Infra skips may pass on a retry; commits that are good, bad or cannot install/import are cached.
+    # Infra skips (a crash) may pass on a retry; commits that are good, bad, or skipped for a
+    # cause in the commit itself (install, import, ABI, missing internals) are cached.
     if outcome != SKIP or skip_reason is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         cache_file.write_text(json.dumps(result.to_dict()))
@@ -218,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         + (" [cached]" if result.cached else ""),
         flush=True,
     )
-    return _EXIT[result.outcome]
+    return git_exit(result.outcome, cfg.find)
 
 
 if __name__ == "__main__":

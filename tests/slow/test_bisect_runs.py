@@ -35,8 +35,15 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def make_history(
-    root: Path, n: int = 20, *, bug_at: int = 13, broken: tuple[int, ...] = ()
+    root: Path,
+    n: int = 20,
+    *,
+    bug_at: int = 13,
+    broken: tuple[int, ...] = (),
+    bug_until: int | None = None,
 ) -> tuple[Path, list[str]]:
+    """n commits of vllm/thing.py: BUG from bug_at on (or, with bug_until, before it), BROKEN
+    at the `broken` indices."""
     repo = root / "vllm-repo"
     (repo / "vllm").mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
@@ -44,7 +51,8 @@ def make_history(
     _git(repo, "config", "user.email", "t@t")
     shas = []
     for i in range(n):
-        state = "BUG" if i >= bug_at else "ok"
+        buggy = i < bug_until if bug_until is not None else i >= bug_at
+        state = "BUG" if buggy else "ok"
         if i in broken:
             state = "BROKEN"
         (repo / "vllm" / "thing.py").write_text(f"# commit {i}\nSTATE = '{state}'\n")
@@ -78,7 +86,9 @@ def config(repo: Path, tmp: Path, good: str, bad: str, **kw) -> BisectConfig:
 def test_dry_run_plan(tmp_path):
     repo, shas = make_history(tmp_path)
     plan = plan_bisect(config(repo, tmp_path, shas[0], shas[-1]))
-    assert plan.commits == 19 and plan.expected_steps == 5
+    assert plan.commits == 19 and plan.expected_steps == 5 + 2, (
+        "log2 of the range plus both endpoints"
+    )
     assert "pdcheck.bisect.step" in plan.render()
 
 
@@ -186,3 +196,84 @@ def test_pdcheck_bisect_exits_as_its_help_says(tmp_path, monkeypatch):
     exits = " ".join(bisect_help.split("Exit: ", 1)[1].split("\n\n", 1)[0].split())
     assert f"{found} the first bad commit was found" in exits
     assert f"{only_skipped} only skipped commits were left" in exits
+
+
+# --- issue 39 item 5/6: endpoints, --find fix, cached import skips, the overlay --------------
+
+INCOMPATIBLE = (
+    "import sys; t = open('vllm/thing.py').read(); "
+    "print('VllmIncompatible: vLLM x is not compatible with pdcheck\\'s adapter; missing: '"
+    "'no_such_module_pdcheck_test:Scheduler.schedule. Update pdcheck/_vllm') if 'BROKEN' in t "
+    "else None; sys.exit(1 if 'BUG' in t else 2 if 'BROKEN' in t else 0)"
+)
+
+
+def _main_bisect(repo: Path, shas: list[str], out: Path, *extra: str, predicate=PREDICATE) -> int:
+    argv = ["bisect", "--vllm-repo", str(repo), "--good", shas[0], "--bad", shas[-1]]
+    cmd = shlex.join([sys.executable, "-c", predicate])
+    return main([*argv, "--cmd", cmd, "--install", "none", "--out", str(out), *extra])
+
+
+def test_find_fix_names_the_first_fixed_commit(tmp_path, monkeypatch):
+    """--find fix: old commits fail the predicate, new ones pass; the first passing is named."""
+    monkeypatch.setenv("PDCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    repo, shas = make_history(tmp_path, bug_until=7)
+    assert _main_bisect(repo, shas, tmp_path / "out", "--find", "fix") == 0
+    result = json.loads((tmp_path / "out" / "bisect.json").read_text())
+    assert result["first_bad"]["sha"] == shas[7] and result["find"] == "fix"
+    assert "First fixed commit" in (tmp_path / "out" / "bisect.md").read_text()
+
+
+def test_an_endpoint_that_contradicts_find_exits_3_and_one_untestable_exits_2(
+    tmp_path, monkeypatch, capsys
+):
+    """Both ends are tested first: the 34-commit run never tested its bad end and blamed 22."""
+    monkeypatch.setenv("PDCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    repo, shas = make_history(tmp_path / "a")
+    assert _main_bisect(repo, shas, tmp_path / "o1", "--find", "fix") == 3
+    assert "old endpoint" in capsys.readouterr().err
+    repo, shas = make_history(tmp_path / "b", broken=(19,))
+    assert _main_bisect(repo, shas, tmp_path / "o2") == 2
+    assert "new endpoint --bad" in capsys.readouterr().err
+    assert _git(repo, "worktree", "list").count("\n") == 0, "the private worktree is removed"
+
+
+def test_import_breaks_are_named_and_cached_and_no_bad_commit_is_said_so(tmp_path, monkeypatch):
+    """Skips for an import break are cached like good and bad; a run with no bad commit before
+    the bad end says so instead of 'one of N'."""
+    monkeypatch.setenv("PDCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    repo, shas = make_history(tmp_path, n=8, bug_at=7, broken=(3, 4, 5, 6))
+    assert _main_bisect(repo, shas, tmp_path / "o1", predicate=INCOMPATIBLE) == 1
+    steps = [json.loads(ln) for ln in (tmp_path / "o1" / "steps.jsonl").read_text().splitlines()]
+    skips = [s for s in steps if s["outcome"] == "skip"]
+    assert skips and all(
+        "does not import: no_such_module_pdcheck_test" in s["reason"] for s in skips
+    )
+    md = (tmp_path / "o1" / "bisect.md").read_text()
+    assert "No bad commit was found before the new endpoint" in md
+    assert _main_bisect(repo, shas, tmp_path / "o2", predicate=INCOMPATIBLE) == 1
+    again = [json.loads(ln) for ln in (tmp_path / "o2" / "steps.jsonl").read_text().splitlines()]
+    assert again and all(s["cached"] for s in again), "skips must come from the cache too"
+
+
+def test_the_commit_overlay_never_links_an_installed_py_file(tmp_path):
+    """An installed package (`mm/cache/`) must not shadow the commit's `mm/cache.py`."""
+    from pdcheck.bisect.step import build_overlay
+
+    repo = tmp_path / "repo"
+    (repo / "vllm" / "mm").mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "config", "user.name", "t")
+    _git(repo, "config", "user.email", "t@t")
+    (repo / "vllm" / "__init__.py").write_text("commit")
+    (repo / "vllm" / "mm" / "cache.py").write_text("commit module")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "c")
+    installed = tmp_path / "site" / "vllm"
+    for rel in ("__init__.py", "extra.py", "_C.abi3.so", "mm/cache/__init__.py", "mm/cache/d.json"):
+        (installed / rel).parent.mkdir(parents=True, exist_ok=True)
+        (installed / rel).write_text("installed")
+    root = build_overlay(repo, _git(repo, "rev-parse", "HEAD"), installed, tmp_path / "ov")
+    files = {str(p.relative_to(root / "vllm")) for p in (root / "vllm").rglob("*") if p.is_file()}
+    assert files == {"__init__.py", "mm/cache.py", "_C.abi3.so"}
+    assert (root / "vllm" / "_C.abi3.so").is_symlink()
