@@ -11,6 +11,7 @@ older release's `cache.py`). Used by release runs (a wheel's Python) and by git 
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -21,11 +22,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from pdcheck.bisect.releases import PACKAGE, parse_pip_versions
 from pdcheck.errors import ConfigError, InfraError
 
 MANIFEST = "overlay.json"
-MANIFEST_VERSION = 1
+# 2: the wheel's METADATA and the release's missing requirements are in the overlay.
+MANIFEST_VERSION = 2
 Runner = Callable[..., subprocess.CompletedProcess]
 
 
@@ -76,16 +81,87 @@ def link_installed_files(installed: Path, source_pkg: Path) -> int:
 
 
 def extract_python(wheel: Path, dest: Path) -> int:
-    """Extract the wheel's `vllm/**/*.py` files into `dest`; returns how many."""
+    """Extract the wheel's `vllm/**/*.py` files into `dest`; returns how many.
+
+    The wheel's METADATA comes too, so that the overlay's distribution (first on the path)
+    answers `importlib.metadata`'s version, as the release installed would.
+    """
     count = 0
     with zipfile.ZipFile(wheel) as zf:
         for name in zf.namelist():
-            if name.startswith("vllm/") and name.endswith(".py") and ".." not in name:
+            if ".." in name:
+                continue
+            if name.startswith("vllm/") and name.endswith(".py"):
                 zf.extract(name, dest)
                 count += 1
+            elif name.endswith(".dist-info/METADATA"):
+                zf.extract(name, dest)
     if not count:
         raise InfraError(f"{wheel} holds no vllm/*.py file; is it a vLLM wheel?")
     return count
+
+
+# The release's compiled stack: the overlay borrows the installed build's torch and ops (the
+# harness executes no kernel), so a release's pin of another torch is not installed.
+_COMPILED_STACK = frozenset(
+    {"torch", "torchaudio", "torchvision", "torchcodec", "triton", "intel-openmp", "zentorch"}
+)
+
+
+def missing_requirements(metadata: str, is_installed: Callable[[str], bool]) -> list[str]:
+    """The release's requirements (METADATA `Requires-Dist`) that this python lacks entirely.
+
+    Only absent distributions count: one installed at another version is kept, since the
+    harness imports the scheduler and runs no kernel. Extras and other platforms' markers are
+    left out, and so is the compiled stack (`_COMPILED_STACK`).
+    """
+    missing = []
+    for line in metadata.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        requirement = Requirement(line.removeprefix("Requires-Dist:").strip())
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        name = canonicalize_name(requirement.name)
+        if name in _COMPILED_STACK or is_installed(name):
+            continue
+        missing.append(str(requirement))
+    return list(dict.fromkeys(missing))
+
+
+def _is_installed(name: str) -> bool:
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def wheel_metadata(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        return zf.read(name).decode()
+
+
+def install_missing_requirements(
+    wheel: Path, dest: Path, *, python: str, run: Runner = subprocess.run
+) -> list[str]:
+    """Install the pure-Python requirements the release has and this python lacks (0.23.0's
+    `gguf`, for one) into `dest`, beside the release's `vllm/`; returns them."""
+    missing = missing_requirements(wheel_metadata(wheel), _is_installed)
+    if not missing:
+        return []
+    argv = [python, "-m", "pip", "install", "--no-deps", "--only-binary=:all:", "--quiet"]
+    proc = run(
+        [*argv, "--target", str(dest), *missing], capture_output=True, text=True, timeout=1800
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise InfraError(
+            f"installing {wheel.name}'s requirements {', '.join(missing)} failed "
+            f"(exit {proc.returncode}): {tail}"
+        )
+    return missing
 
 
 def read_manifest(root: Path) -> dict | None:
@@ -95,8 +171,22 @@ def read_manifest(root: Path) -> dict | None:
         return None
 
 
+def _reusable(manifest: dict | None, installed: InstalledVllm) -> bool:
+    return bool(
+        manifest
+        and manifest.get("manifest_version") == MANIFEST_VERSION
+        and manifest.get("installed_path") == str(installed.path)
+    )
+
+
 def build_release_overlay(
-    release: str, wheel: Path, installed: InstalledVllm, overlays_dir: Path
+    release: str,
+    wheel: Path,
+    installed: InstalledVllm,
+    overlays_dir: Path,
+    *,
+    python: str,
+    run: Runner = subprocess.run,
 ) -> Overlay:
     """The overlay of `release` over `installed`, built once per (release, installed build).
 
@@ -105,13 +195,14 @@ def build_release_overlay(
     """
     root = overlays_dir / f"{release}--on-{installed.version}"
     manifest = read_manifest(root)
-    if manifest and manifest.get("installed_path") == str(installed.path):
+    if _reusable(manifest, installed):
         return Overlay(root, release, installed.version, int(manifest.get("linked_files", 0)))
     overlays_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{release}-", dir=overlays_dir))
     try:
         extract_python(wheel, tmp)
         linked = link_installed_files(installed.path, tmp / "vllm")
+        added = install_missing_requirements(wheel, tmp, python=python, run=run)
         overlay = Overlay(root, release, installed.version, linked)
         record = {
             "manifest_version": MANIFEST_VERSION,
@@ -119,10 +210,11 @@ def build_release_overlay(
             "linked_files": linked,
             "wheel": wheel.name,
             "installed_path": str(installed.path),
+            "added_requirements": added,
         }
         (tmp / MANIFEST).write_text(json.dumps(record, indent=1) + "\n")
         current = read_manifest(root)
-        if current and current.get("installed_path") == str(installed.path):
+        if _reusable(current, installed):
             # Another run built the same overlay meanwhile, and may be importing from it.
             shutil.rmtree(tmp, ignore_errors=True)
             return Overlay(root, release, installed.version, int(current.get("linked_files", 0)))

@@ -129,7 +129,7 @@ def prepare_release(
 ) -> Overlay:
     """Fetch (once) and lay the release's Python over the installed build."""
     wheel = fetch_wheel(release, cache.wheels, python=python)
-    return build_release_overlay(release, wheel, installed, cache.overlays)
+    return build_release_overlay(release, wheel, installed, cache.overlays, python=python)
 
 
 def run_release_race(

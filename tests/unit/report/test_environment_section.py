@@ -4,8 +4,8 @@ harness's verdict there), and says what sync cells cannot show."""
 from __future__ import annotations
 
 from pdcheck.analysis.verdict import Status
-from pdcheck.report import render_markdown
 from pdcheck.contracts.fixes import describe_statuses
+from pdcheck.report import render_markdown
 from pdcheck.report.sections import environment_section
 from pdcheck.results.schema import RaceOutcome
 from pdcheck.results.store import Provenance, RunStore, load_run
