@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pdcheck import __version__
+from pdcheck.analysis.stats import D_SHARE
 from pdcheck.analysis.verdict import Status
 from pdcheck.contracts import environment as contract_env
 from pdcheck.report.details import DivergentQuestion, LogTail
@@ -197,8 +198,8 @@ def _baseline(row: ResultRow) -> str:
 
 
 def _confidence_text(level: float | None) -> str:
-    """An interval's level as the verdict's reason writes it ("95%"), or that it was not recorded."""
-    return "level not recorded" if level is None else f"{100 * level:g}%"
+    """An interval's proven level as the verdict's reason writes it ("≥89%"), or that it was not recorded."""
+    return "level not recorded" if level is None else f"≥{100 * level:g}%"
 
 
 def interval_levels(rows: Sequence[ResultRow]) -> list[float | None]:
@@ -355,14 +356,17 @@ def failure_line(row: ResultRow, *, rerun: str, first: DivergentQuestion | None)
 def _interval_sentence(levels: Sequence[float | None]) -> str:
     known = sorted({level for level in levels if level is not None})
     if not known:
-        return "exact one-sided bounds on the drop (their level is not recorded in this results folder)"
+        return "one-sided bounds on the drop (their level is not recorded in this results folder)"
     two_sided = " or ".join(_confidence_text(level) for level in known)
-    one_sided = " or ".join(_confidence_text(1 - (1 - level) / 2) for level in known)
+    # The stored level is 1 − (2 + D_SHARE)·a (`verdict.interval_confidence`); the margin's end is 1 − a.
+    one_sided = " or ".join(_confidence_text(1 - (1 - level) / (2 + D_SHARE)) for level in known)
     return (
-        "exact one-sided bounds on the drop (Clopper–Pearson on the PD-worse share of discordant "
+        "one-sided bounds on the drop (Clopper–Pearson on the PD-worse share of discordant "
         f"pairs and on the discordance; docs/analysis.md), shown as an interval at {two_sided} "
-        "(1 − 2·α/k, k the looks at which the test checks its margin: 1 without early stop), so "
-        f"its upper end is the one-sided {one_sided} bound the margin rule uses"
+        f"(proven: 1 − {2 + D_SHARE:g}·α/k, k the looks at which the test checks its margin: 1 "
+        f"without early stop), so its lower end is the one-sided {one_sided} bound the margin "
+        "rule uses; the REGRESSION test runs at α/F, and each verdict's reason gives Δ's upper "
+        "end at that level"
     )
 
 
