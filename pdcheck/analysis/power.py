@@ -164,10 +164,10 @@ _SHOWN: dict[tuple[Design, int], npt.NDArray[np.bool_]] = {}
 def _shown(design: Design, pairs: int, shape: tuple[int, int]) -> npt.NDArray[np.bool_]:
     cached = _SHOWN.get((design, pairs))
     if cached is None or cached.shape[0] < shape[0] or cached.shape[1] < shape[1]:
-        big = (max(shape[0], 0 if cached is None else cached.shape[0]),)
-        big += (max(shape[1], 0 if cached is None else cached.shape[1]),)
-        w = np.arange(big[0])[:, None]
-        b = np.arange(big[1])[None, :]
+        rows = max(shape[0], 0 if cached is None else cached.shape[0])
+        cols = max(shape[1], 0 if cached is None else cached.shape[1])
+        w = np.arange(rows)[:, None]
+        b = np.arange(cols)[None, :]
         cached = np.asarray(design.within_margin(w, b, pairs), dtype=np.bool_)
         if len(_SHOWN) > 256:
             _SHOWN.clear()
