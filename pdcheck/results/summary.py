@@ -103,6 +103,11 @@ def attribution(results: RunResults) -> list[Attribution]:
                     for c, v in cell.verdicts.items()
                     if v.verdict.delta_pts is not None
                 },
+                carried_from={
+                    c: v.carried_from
+                    for c, v in cell.verdicts.items()
+                    if v.carried_from is not None
+                },
             )
         )
     families = results.race.findings_by_family() if results.race is not None else {}
