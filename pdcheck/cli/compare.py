@@ -25,7 +25,7 @@ from pdcheck.analysis import (
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.injection import injected_indices
 from pdcheck.analysis.sequential import sequential_result
-from pdcheck.analysis.verdict import LevelEvidence, gate_exit_code
+from pdcheck.analysis.verdict import LevelEvidence, gate_exit_code, interval_confidence
 from pdcheck.cli._common import console, err_console
 from pdcheck.config import AnalysisPolicy
 from pdcheck.contracts.plugin_files import InjectionRecord
@@ -71,8 +71,9 @@ def _tables(c: PairedComparison) -> list[Table]:
         )
 
     paired = Table(
-        title=f"Paired (n={c.n_pairs}, every repeat; {100 * (1 - 2 * c.alpha):g}% exact CI, "
-        "one-sided exact McNemar)"
+        title=f"Paired (n={c.n_pairs}, every repeat; accuracy CI ≥"
+        f"{100 * interval_confidence(c.alpha):g}% as proven (each end one-sided at alpha), "
+        "one-sided exact McNemar; the verdict's reason gives the test's own level)"
     )
     for col in ("metric", "Δ pts (PD − baseline)", "CI low", "CI high", "p / counts"):
         paired.add_column(col)
@@ -159,7 +160,8 @@ def _injected_ids(path: str, *, run_tag: str | None) -> list[str]:
     type=click.FloatRange(0, 0.5, min_open=True, max_open=True),
     default=0.05,
     show_default=True,
-    help="Type-I error of the one-sided tests; the CI is 1 - 2*alpha two-sided (its ends are the one-sided bounds).",
+    help="Type-I error of the one-sided tests; each CI end is a one-sided bound at alpha, so "
+    "the interval holds with at least 1 - 2.2*alpha (the lower end's proof costs 0.2*alpha).",
     callback=_finite,
 )
 @click.option(

@@ -138,7 +138,8 @@ def short_reason(
         return "canary flagged" if carried_from is None else f"canary {headline}"
     if canary and status is Status.FAIL:
         return f"canary NOT flagged, {headline}"
-    if verdict is Verdict.INCONCLUSIVE and status is Status.FAIL:
+    if status is Status.FAIL and not verdict.flagged and verdict is not Verdict.INFRA_ERROR:
+        # INCONCLUSIVE, or NO-DROP-SHOWN under analysis.allow_no_drop_shown: false.
         return f"{headline}, fails the gate"
     return headline
 
