@@ -29,7 +29,7 @@ import numpy.typing as npt
 from scipy import optimize, signal, stats
 
 from pdcheck.analysis.design import Design
-from pdcheck.analysis.stats import Floats
+from pdcheck.analysis.stats import Floats, mcnemar_worse_p
 
 __all__ = [
     "SIZING_TOLERANCE",
@@ -175,6 +175,20 @@ def _shown(design: Design, pairs: int, shape: tuple[int, int]) -> npt.NDArray[np
     return cached[: shape[0], : shape[1]]
 
 
+_MCNEMAR: list[Floats] = []
+
+
+def _mcnemar(shape: tuple[int, int]) -> Floats:
+    """McNemar's one-sided p on the (W, B) lattice: the same for every design, so kept once."""
+    if not _MCNEMAR or _MCNEMAR[0].shape[0] < shape[0] or _MCNEMAR[0].shape[1] < shape[1]:
+        rows = max(shape[0], _MCNEMAR[0].shape[0] if _MCNEMAR else 0)
+        cols = max(shape[1], _MCNEMAR[0].shape[1] if _MCNEMAR else 0)
+        w = np.arange(rows)[:, None]
+        b = np.arange(cols)[None, :]
+        _MCNEMAR[:] = [mcnemar_worse_p(w, b)]
+    return _MCNEMAR[0][: shape[0], : shape[1]]
+
+
 def operating(
     design: Design,
     *,
@@ -214,7 +228,9 @@ def operating(
         w = np.arange(shape[0])[:, None]
         b = np.arange(shape[1])[None, :]
         shown = _shown(design, look.pairs, shape)
-        rejected = design.rejects(k, w, b, look.pairs, alpha_test=alpha_test, within=shown)
+        rejected = design.rejects(
+            k, w, b, look.pairs, alpha_test=alpha_test, within=shown, p_values=_mcnemar(shape)
+        )
         stop = float(state[rejected].sum())
         flag += stop
         by_look.append(stop)
@@ -379,11 +395,15 @@ def sweep_pass_points(
         for design, extra, count, nds, inc in levels
     ]
 
+    seen: dict[float, float] = {}
+
     def passes(d: float) -> float:
-        return math.prod(
-            _level_pass(g, t, d, no_drop_shown=nds, inconclusive=inc) ** k
-            for g, k, t, nds, inc in cuts
-        )
+        if d not in seen:
+            seen[d] = math.prod(
+                _level_pass(g, t, d, no_drop_shown=nds, inconclusive=inc) ** k
+                for g, k, t, nds, inc in cuts
+            )
+        return seen[d]
 
     lo = 1e-4
     out: dict[float, float | None] = {}

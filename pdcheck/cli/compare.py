@@ -342,6 +342,12 @@ def compare(
             f"whether PD lost more than {margin_pts:g} points; {verdict.reason}"
             + ("" if allow_inconclusive else " (exit 1; --allow-inconclusive exits 0)")
         )
+    if verdict.verdict is Verdict.NO_DROP_SHOWN:
+        err_console.print(
+            f"{'error' if no_drop_shown_fails else 'warning'}: NO-DROP-SHOWN is not a PASS: no "
+            f"drop was shown, but neither was a drop within {margin_pts:g} points"
+            + (" (exit 1 under --no-drop-shown-fails)" if no_drop_shown_fails else "")
+        )
     code = gate_exit_code(
         verdict.verdict,
         allow_inconclusive=allow_inconclusive,
