@@ -430,12 +430,15 @@ def methodology_section(
             "SUSPECT where it is judged), so a sweep with no drop and no corruption gives any "
             f"REGRESSION or SUSPECT with probability ≤ α = {alpha if alpha is not None else '?'}; the table shows raw and "
             f"adjusted p. REGRESSION needs adjusted p ≤ α while a drop beyond the margin "
-            f"({margin_pts if margin_pts is not None else '?'} pts) is not excluded; PASS means no drop "
-            "beyond the margin was shown. SUSPECT means significantly more confident greedy "
+            f"({margin_pts if margin_pts is not None else '?'} pts) is not excluded; PASS means the "
+            "drop was shown within the margin (at a drop of the margin, at most α of the time); "
+            "NO-DROP-SHOWN means no drop was shown but it was not bounded by the margin either "
+            "(not a PASS). SUSPECT means significantly more confident greedy "
             f"divergences than a control (tie threshold ≥ {tie_epsilon_nats if tie_epsilon_nats is not None else '?'} "
             "nats, raised to the control's own measured jitter; off without a control run). Canaries must be flagged.",
-            f"- INCONCLUSIVE when the chance of flagging a drop of margin + 1 pt is below 80% (exact, "
-            f"for this design), and it fails the gate unless `analysis.allow_inconclusive`; "
+            f"- INCONCLUSIVE when the chance of flagging a drop of margin + 1 pt is below 80% (exact "
+            f"for this design, at the observed discordance), and it fails the gate unless "
+            f"`analysis.allow_inconclusive`; "
             f"minimum detectable effect at this n (approximate): {mde}.",
         ]
     )
