@@ -16,7 +16,8 @@ that produced it. The rules, in order (also the table in docs/analysis.md):
 | sync-failure | pd-transfer | async off, flagged, no fault injected | (none: one batch in flight rules out both races) |
 | harness | block-reuse / zeroing / connector | the race harness reports findings of family BLOCK_REUSE / ZEROING / OTHER | |
 
-"Flagged" is REGRESSION or SUSPECT at any concurrency; "passes" is PASS at every concurrency.
+"Flagged" is REGRESSION or SUSPECT at any concurrency; "passes" is PASS (or NO-DROP-SHOWN: judged,
+not flagged) at every concurrency.
 """
 
 from __future__ import annotations
@@ -45,12 +46,20 @@ class ArmObservation:
     inject: str | None = None
     verdicts: dict[int, Verdict] = field(default_factory=dict)  # concurrency -> verdict
     delta_pts: dict[int, float] = field(default_factory=dict)  # concurrency -> Δaccuracy
+    # concurrency -> the level whose verdict an early stop carried to it (it did not run, so it
+    # has no Δ of its own).
+    carried_from: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def from_cell(
-        cls, c: Cell, *, verdicts: Mapping[int, Verdict], delta_pts: Mapping[int, float]
+        cls,
+        c: Cell,
+        *,
+        verdicts: Mapping[int, Verdict],
+        delta_pts: Mapping[int, float],
+        carried_from: Mapping[int, int] | None = None,
     ) -> ArmObservation:
-        """Build from a resolved sweep cell and its per-concurrency verdicts and Δ."""
+        """Build from a resolved sweep cell and its per-concurrency verdicts, Δ and carried levels."""
         return cls(
             cell=c.name,
             model=c.model.name,
@@ -61,6 +70,7 @@ class ArmObservation:
             inject=c.arm.inject,
             verdicts=dict(verdicts),
             delta_pts=dict(delta_pts),
+            carried_from=dict(carried_from or {}),
         )
 
     @property
@@ -69,7 +79,11 @@ class ArmObservation:
 
     @property
     def passes(self) -> bool:
-        return bool(self.verdicts) and all(v is Verdict.PASS for v in self.verdicts.values())
+        # A counterpart "passes" when it was judged and nothing was flagged: NO-DROP-SHOWN (not
+        # flagged, powered, but unbounded) serves as well as PASS to contrast a flagged arm.
+        return bool(self.verdicts) and all(
+            v is Verdict.PASS or v is Verdict.NO_DROP_SHOWN for v in self.verdicts.values()
+        )
 
     def trend_pts_per_doubling(self) -> float | None:
         """Least-squares slope of Δ against log2(concurrency); None with fewer than two levels."""
@@ -79,11 +93,16 @@ class ArmObservation:
         ys = np.array([self.delta_pts[c] for c in sorted(self.delta_pts)])
         return float(np.polyfit(xs, ys, 1)[0])
 
+    def _level_text(self, c: int, v: Verdict) -> str:
+        """A level's verdict and what it measured; a level that has no Δ says why, never NaN."""
+        if c in self.carried_from:
+            return f"c{c}: {v.value} (carried from c{self.carried_from[c]})"
+        if c not in self.delta_pts:
+            return f"c{c}: {v.value} (no Δ)"
+        return f"c{c}: {v.value} ({self.delta_pts[c]:+.1f} pts)"
+
     def describe(self) -> str:
-        per = ", ".join(
-            f"c{c}: {v.value} ({self.delta_pts.get(c, float('nan')):+.1f} pts)"
-            for c, v in sorted(self.verdicts.items())
-        )
+        per = ", ".join(self._level_text(c, v) for c, v in sorted(self.verdicts.items()))
         return f"{self.cell} [{per}]"
 
 

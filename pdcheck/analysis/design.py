@@ -149,13 +149,16 @@ class Design:
         *,
         alpha_test: float | None = None,
         within: Bools | None = None,
+        p_values: npt.ArrayLike | None = None,
     ) -> Bools:
         """Look `look` rejects "no drop" at `alpha_test` (default alpha/F) and the margin is not
-        shown (`within`: `within_margin` of the same counts, when the caller has it)."""
+        shown (`within`: `within_margin` of the same counts, and `p_values`: their McNemar
+        p-values, when the caller has them)."""
         level = self.looks[look].alpha_share * (
             self.alpha_test if alpha_test is None else alpha_test
         )
-        significant = mcnemar_worse_p(worse, better) <= level
+        p = mcnemar_worse_p(worse, better) if p_values is None else np.asarray(p_values)
+        significant = p <= level
         if within is None:
             within = self.within_margin(worse, better, n)
         return np.asarray(significant & ~within, dtype=np.bool_)

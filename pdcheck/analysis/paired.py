@@ -6,8 +6,9 @@ request error, not a wrong answer: errors are counted per side and the question 
 accuracy pairs. The numbers (see `stats.py` for the methods and why):
 
 - Δaccuracy = PD − baseline over the pairs of every repeat (PD repeat k against baseline
-  repeat k), with the exact bounds of `stats.drop_bounds` at alpha each side (a 1 − 2·alpha
-  interval) and the one-sided exact McNemar p-value for "PD is worse";
+  repeat k), with the bounds of `stats.drop_bounds` at alpha each side (an interval proven at
+  ≥ 1 − 2.2·alpha, `verdict.interval_confidence`) and the one-sided exact McNemar p-value for
+  "PD is worse";
 - Δinvalid rate (PD − baseline, positive is worse), with the same interval;
 - greedy agreement (`agreement.py`, repeat 0) and, when a control run exists, a one-sided
   Fisher test of PD's corruption-grade divergences (every repeat) against the control's (the
@@ -266,7 +267,7 @@ def _control_test(
 def _drop_interval(
     worse: int, better: int, n: int, alpha: float
 ) -> tuple[float | None, float | None, float | None]:
-    """Δ in points with its exact 1 − 2·alpha interval (each end a one-sided bound at alpha)."""
+    """Δ in points with its interval: each end a one-sided bound at alpha (≥ 1 − 2.2·alpha together)."""
     if n == 0:
         return None, None, None
     drop_low, drop_up = drop_bounds(worse, better, n, alpha=alpha)

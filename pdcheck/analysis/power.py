@@ -18,17 +18,21 @@ The MDE belongs to the significance test alone; the margin rule only ever remove
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from scipy import optimize, signal, stats
 
 from pdcheck.analysis.design import Design
-from pdcheck.analysis.stats import Floats
+from pdcheck.analysis.stats import Floats, mcnemar_worse_p
 
 __all__ = [
+    "SIZING_TOLERANCE",
     "Operating",
     "Power",
     "PowerRule",
@@ -39,6 +43,7 @@ __all__ = [
     "power_at",
     "power_rule",
     "summarize_power",
+    "sweep_pass_points",
     "tolerated_discordance",
 ]
 
@@ -135,6 +140,9 @@ class Operating:
     within: float  # P(an interim look showed the margin and stopped for PASS)
     within_end: float  # P(the test reached its last look and that look showed the margin)
     expected_pairs: float
+    # P(the last look neither rejected nor showed the margin, with an observed discordance at
+    # most `tolerated`: the power rule holds, so NO-DROP-SHOWN); 0 when no `tolerated` was given.
+    powered_end: float = 0.0
 
 
 def _increment(dn: int, p_worse: float, p_better: float, shape: tuple[int, int]) -> Floats:
@@ -147,8 +155,47 @@ def _increment(dn: int, p_worse: float, p_better: float, shape: tuple[int, int])
     return np.asarray(pw * pb, dtype=np.float64)
 
 
+# (design, pairs) -> the margin rule on the largest (W, B) lattice asked for so far. The
+# Clopper-Pearson quantiles behind it are most of `operating`'s cost, and root finding over d
+# (`tolerated_discordance`, `sweep_pass_points`) asks for the same lattice again and again.
+_SHOWN: dict[tuple[Design, int], npt.NDArray[np.bool_]] = {}
+
+
+def _shown(design: Design, pairs: int, shape: tuple[int, int]) -> npt.NDArray[np.bool_]:
+    cached = _SHOWN.get((design, pairs))
+    if cached is None or cached.shape[0] < shape[0] or cached.shape[1] < shape[1]:
+        rows = max(shape[0], 0 if cached is None else cached.shape[0])
+        cols = max(shape[1], 0 if cached is None else cached.shape[1])
+        w = np.arange(rows)[:, None]
+        b = np.arange(cols)[None, :]
+        cached = np.asarray(design.within_margin(w, b, pairs), dtype=np.bool_)
+        if len(_SHOWN) > 256:
+            _SHOWN.clear()
+        _SHOWN[(design, pairs)] = cached
+    return cached[: shape[0], : shape[1]]
+
+
+_MCNEMAR: list[Floats] = []
+
+
+def _mcnemar(shape: tuple[int, int]) -> Floats:
+    """McNemar's one-sided p on the (W, B) lattice: the same for every design, so kept once."""
+    if not _MCNEMAR or _MCNEMAR[0].shape[0] < shape[0] or _MCNEMAR[0].shape[1] < shape[1]:
+        rows = max(shape[0], _MCNEMAR[0].shape[0] if _MCNEMAR else 0)
+        cols = max(shape[1], _MCNEMAR[0].shape[1] if _MCNEMAR else 0)
+        w = np.arange(rows)[:, None]
+        b = np.arange(cols)[None, :]
+        _MCNEMAR[:] = [mcnemar_worse_p(w, b)]
+    return _MCNEMAR[0][: shape[0], : shape[1]]
+
+
 def operating(
-    design: Design, *, p_worse: float, p_better: float, alpha_test: float | None = None
+    design: Design,
+    *,
+    p_worse: float,
+    p_better: float,
+    alpha_test: float | None = None,
+    tolerated: float | None = None,
 ) -> Operating:
     """Exact flag probability, chance of an early PASS and expected pairs of `design`.
 
@@ -167,7 +214,7 @@ def operating(
         )
 
     state = np.ones((1, 1))
-    flag = within = within_end = pairs = 0.0
+    flag = within = within_end = powered_end = pairs = 0.0
     by_look: list[float] = []
     done = 0
     for k, look in enumerate(design.looks):
@@ -180,14 +227,20 @@ def operating(
         done = look.pairs
         w = np.arange(shape[0])[:, None]
         b = np.arange(shape[1])[None, :]
-        shown = design.within_margin(w, b, look.pairs)
-        rejected = design.rejects(k, w, b, look.pairs, alpha_test=alpha_test, within=shown)
+        shown = _shown(design, look.pairs, shape)
+        rejected = design.rejects(
+            k, w, b, look.pairs, alpha_test=alpha_test, within=shown, p_values=_mcnemar(shape)
+        )
         stop = float(state[rejected].sum())
         flag += stop
         by_look.append(stop)
         state[rejected] = 0.0
         if k == len(design.looks) - 1:
             within_end = float(state[shown].sum())
+            if tolerated is not None:
+                # The power rule is monotone in the observed discordance (`tolerated_discordance`).
+                powered = ~shown & ((w + b) <= tolerated * look.pairs)
+                powered_end = float(state[powered].sum())
         elif look.equivalence:
             passed = float(state[shown].sum())
             within += passed
@@ -203,6 +256,7 @@ def operating(
         within=within,
         within_end=within_end,
         expected_pairs=pairs,
+        powered_end=powered_end,
     )
 
 
@@ -267,8 +321,17 @@ def power_rule(
     )
 
 
+# The bracket `tolerated_discordance` narrows to for what validate prints (a tenth of a point).
+SIZING_TOLERANCE = 0.0002
+
+
+@functools.lru_cache(maxsize=128)
 def tolerated_discordance(
-    design: Design, *, extra_pts: float, target: float = DEFAULT_POWER, tolerance: float = 0.001
+    design: Design,
+    *,
+    extra_pts: float,
+    target: float = DEFAULT_POWER,
+    tolerance: float = SIZING_TOLERANCE,
 ) -> float:
     """The largest discordance d at which `design` still meets the power rule: P(flag | drop =
     margin + `extra_pts`) ≥ `target`. Above it a clean cell is INCONCLUSIVE by construction
@@ -297,3 +360,64 @@ def tolerated_discordance(
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if powered(mid) else (lo, mid)
     return lo
+
+
+def _level_pass(
+    design: Design, tolerated: float, d: float, *, no_drop_shown: bool, inconclusive: bool
+) -> float:
+    """P(a clean level passes the gate | no drop, true discordance d), exact for the design
+    (looks, shares and margin bound included): PASS, and NO-DROP-SHOWN (the power rule holds at
+    the observed d) or INCONCLUSIVE where the policy lets them pass."""
+    half = min(max(d, 0.0), 1.0) / 2.0
+    o = operating(design, p_worse=half, p_better=half, tolerated=tolerated)
+    if inconclusive and no_drop_shown:
+        return 1.0 - o.flag
+    return o.within + o.within_end + (o.powered_end if no_drop_shown else 0.0)
+
+
+def sweep_pass_points(
+    levels: Sequence[tuple[Design, float, int, bool, bool]],
+    *,
+    targets: Sequence[float] = (0.95, 0.5),
+) -> dict[float, float | None]:
+    """The true discordance d at which a clean sweep passes the gate with each target probability.
+
+    `levels` are (design, power_extra_pts, how many clean levels share it, whether NO-DROP-SHOWN
+    and INCONCLUSIVE pass the gate). A clean sweep has no drop; every clean level runs at the same
+    true d. Each level's chance to pass is exact for its design (`operating`, with the power rule
+    applied at the observed d as `decide` does); levels are taken as independent, so the sweep
+    passes with the product. That product falls with d (a noisier level is more often
+    underpowered), and root finding gives the d for each target: None when even d → 0 is below
+    it (the false-alarm rate alone takes more than 1 − target).
+    """
+    cuts = [
+        (design, count, tolerated_discordance(design, extra_pts=extra), nds, inc)
+        for design, extra, count, nds, inc in levels
+    ]
+
+    seen: dict[float, float] = {}
+
+    def passes(d: float) -> float:
+        if d not in seen:
+            seen[d] = math.prod(
+                _level_pass(g, t, d, no_drop_shown=nds, inconclusive=inc) ** k
+                for g, k, t, nds, inc in cuts
+            )
+        return seen[d]
+
+    lo = 1e-4
+    out: dict[float, float | None] = {}
+    for target in targets:
+        # Past twice the widest cut almost every level is underpowered; widen if it is not.
+        hi = min(1.0, 2.0 * max(tolerated for _, _, tolerated, _, _ in cuts) + 0.05)
+        while hi < 1.0 and passes(hi) >= target:
+            hi = min(1.0, 2.0 * hi)
+        if passes(lo) < target:
+            out[target] = None
+        elif passes(hi) >= target:
+            out[target] = hi
+        else:
+            out[target] = float(
+                optimize.brentq(lambda d, t=target: passes(d) - t, lo, hi, xtol=2e-4)
+            )
+    return out

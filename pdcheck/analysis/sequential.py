@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdcheck.analysis.design import Design, LookOutcome
-from pdcheck.analysis.verdict import Verdict
+from pdcheck.analysis.verdict import Verdict, look_verdict
 from pdcheck.evals.records import QuestionRecord
 
 __all__ = ["EarlyStop", "SequentialResult", "SequentialTest", "sequential_result"]
@@ -83,16 +83,15 @@ class SequentialTest:
         self._looks.append(o)
         drop = 100.0 * (self.worse - self.better) / self.n_pairs
         margin = self.design.margin_pts
-        if o.rejected:
-            verdict = Verdict.REGRESSION
+        verdict = look_verdict(o, equivalence=self.design.looks[k].equivalence)
+        if verdict is Verdict.REGRESSION:
             why = (
                 f"McNemar p={o.p_value:.2g} ≤ {o.threshold:.2g} (its share of alpha), drop "
                 f"{drop:.1f} pts, a drop beyond {margin:g} pts not excluded"
             )
-        elif o.within_margin and self.design.looks[k].equivalence:
-            verdict = Verdict.PASS
+        elif verdict is Verdict.PASS:
             level = 100 * (1 - self.design.equivalence_alpha)
-            why = f"the drop is within the {margin:g}-pt margin (one-sided {level:g}% bound), drop {drop:.1f} pts"
+            why = f"the drop is within the {margin:g}-pt margin (one-sided ≥{level:g}% bound), drop {drop:.1f} pts"
         else:
             return
         self._stop = EarlyStop(

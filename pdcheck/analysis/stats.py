@@ -114,7 +114,8 @@ def drop_bounds(
 ) -> tuple[Floats, Floats]:
     """(lower, upper) one-sided bounds on the drop δ = p_w − p_b, as fractions.
 
-    The upper bound holds with probability at least 1 − alpha, exactly (see the module
+    The upper bound holds with probability at least 1 − alpha for every n and d, with no
+    approximation (conservative: its real coverage is higher; see the module
     docstring): with θ ≤ θ_up (at (1 − D_SHARE)·alpha) and d_low ≤ d ≤ d_up (at D_SHARE·alpha),
     δ = d·(2θ − 1) ≤ d_up·(2θ_up − 1) when θ_up > ½, and ≤ d_low·(2θ_up − 1) otherwise. With no
     discordant pair θ is unknown (θ_up = 1), and the bound is d's alone.

@@ -1,6 +1,6 @@
 """`pdcheck compare BASELINE.jsonl PD.jsonl`: the whole paired analysis of two record files.
 
-Exit code follows the verdict: 0 PASS, 1 REGRESSION or SUSPECT, 2 INFRA-ERROR, 3 bad input (a
+Exit code follows the verdict: 0 PASS or NO-DROP-SHOWN, 1 REGRESSION or SUSPECT, 2 INFRA-ERROR, 3 bad input (a
 malformed file, named with its line, or files over different questions). INCONCLUSIVE exits 1
 ("we could not tell" is not green), or 0 with a warning on stderr under `--allow-inconclusive`;
 either way the line says why.
@@ -25,7 +25,7 @@ from pdcheck.analysis import (
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.injection import injected_indices
 from pdcheck.analysis.sequential import sequential_result
-from pdcheck.analysis.verdict import gate_exit_code
+from pdcheck.analysis.verdict import LevelEvidence, gate_exit_code, interval_confidence
 from pdcheck.cli._common import console, err_console
 from pdcheck.config import AnalysisPolicy
 from pdcheck.contracts.plugin_files import InjectionRecord
@@ -71,8 +71,9 @@ def _tables(c: PairedComparison) -> list[Table]:
         )
 
     paired = Table(
-        title=f"Paired (n={c.n_pairs}, every repeat; {100 * (1 - 2 * c.alpha):g}% exact CI, "
-        "one-sided exact McNemar)"
+        title=f"Paired (n={c.n_pairs}, every repeat; accuracy CI ≥"
+        f"{100 * interval_confidence(c.alpha):g}% as proven (each end one-sided at alpha), "
+        "one-sided exact McNemar; the verdict's reason gives the test's own level)"
     )
     for col in ("metric", "Δ pts (PD − baseline)", "CI low", "CI high", "p / counts"):
         paired.add_column(col)
@@ -159,7 +160,8 @@ def _injected_ids(path: str, *, run_tag: str | None) -> list[str]:
     type=click.FloatRange(0, 0.5, min_open=True, max_open=True),
     default=0.05,
     show_default=True,
-    help="Type-I error of the one-sided tests; the CI is 1 - 2*alpha two-sided (its ends are the one-sided bounds).",
+    help="Type-I error of the one-sided tests; each CI end is a one-sided bound at alpha, so "
+    "the interval holds with at least 1 - 2.2*alpha (the lower end's proof costs 0.2*alpha).",
     callback=_finite,
 )
 @click.option(
@@ -212,6 +214,12 @@ def _injected_ids(path: str, *, run_tag: str | None) -> list[str]:
     help="Exit 0 (with a warning) on INCONCLUSIVE instead of 1.",
 )
 @click.option(
+    "--no-drop-shown-fails",
+    is_flag=True,
+    help="Exit 1 on NO-DROP-SHOWN (powered, not flagged, but the drop not shown within the "
+    "margin) instead of 0, as `analysis.allow_no_drop_shown: false` does in a sweep.",
+)
+@click.option(
     "--injections",
     type=_FILE,
     help="The plugin's injections.jsonl: precision/recall of the corruption-grade divergences "
@@ -234,6 +242,7 @@ def compare(
     expected_rtol,
     early_stop,
     allow_inconclusive,
+    no_drop_shown_fails,
     injections,
     run_tag,
     as_json,
@@ -241,8 +250,8 @@ def compare(
     """Compare BASELINE and PD record files question by question and print the verdict.
 
     \b
-    Exit: 0 PASS, 1 REGRESSION or SUSPECT (and INCONCLUSIVE unless
-    --allow-inconclusive), 2 INFRA-ERROR, 3 a file is malformed (the message names it and the
+    Exit: 0 PASS and NO-DROP-SHOWN (unless --no-drop-shown-fails), 1 REGRESSION or SUSPECT
+    (and INCONCLUSIVE unless --allow-inconclusive), 2 INFRA-ERROR, 3 a file is malformed (the message names it and the
     line) or the files cover different questions.
     """
     policy = AnalysisPolicy(
@@ -251,6 +260,7 @@ def compare(
         tie_epsilon_nats=tie_epsilon,
         early_stop=early_stop,
         allow_inconclusive=allow_inconclusive,
+        allow_no_drop_shown=not no_drop_shown_fails,
     )
     base_runs = [read_records(p) for p in (baseline, *baseline_repeats)]
     pd_runs = [read_records(p) for p in (pd, *pd_repeats)]
@@ -267,7 +277,9 @@ def compare(
         expected_accuracy=expected_accuracy,
         expected_rtol=expected_rtol,
     )
-    verdict = decide(comparison, policy=policy)
+    # The sweep's judging builds the same evidence from its store; record files carry no KV
+    # evidence, so a lone comparison has none.
+    verdict = decide(LevelEvidence(comparison=comparison), policy=policy)
     stop = (
         sequential_result(
             list(zip(base_runs, pd_runs, strict=False)),
@@ -330,5 +342,15 @@ def compare(
             f"whether PD lost more than {margin_pts:g} points; {verdict.reason}"
             + ("" if allow_inconclusive else " (exit 1; --allow-inconclusive exits 0)")
         )
-    code = gate_exit_code(verdict.verdict, allow_inconclusive=allow_inconclusive)
+    if verdict.verdict is Verdict.NO_DROP_SHOWN:
+        err_console.print(
+            f"{'error' if no_drop_shown_fails else 'warning'}: NO-DROP-SHOWN is not a PASS: no "
+            f"drop was shown, but neither was a drop within {margin_pts:g} points"
+            + (" (exit 1 under --no-drop-shown-fails)" if no_drop_shown_fails else "")
+        )
+    code = gate_exit_code(
+        verdict.verdict,
+        allow_inconclusive=allow_inconclusive,
+        allow_no_drop_shown=not no_drop_shown_fails,
+    )
     raise click.exceptions.Exit(int(code))

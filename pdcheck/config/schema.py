@@ -273,6 +273,9 @@ class AnalysisPolicy(_Strict):
     power_extra_pts: Annotated[float, Field(gt=0, le=100)] = 1.0
     # INCONCLUSIVE fails the gate (exit 1) unless this is true: "we could not tell" is not green.
     allow_inconclusive: bool = False
+    # NO-DROP-SHOWN (powered, not flagged, the drop not bounded by the margin) passes the gate
+    # unless this is false; it is never counted as a PASS (docs/analysis.md, issue 42).
+    allow_no_drop_shown: bool = True
     # More failed requests than this (per side) makes a unit INFRA-ERROR rather than a verdict.
     max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.05
 

@@ -17,6 +17,7 @@ from typing import Any
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.power import tolerated_discordance
 from pdcheck.analysis.verdict import Status, Verdict
+from pdcheck.analysis.verdict import interval_confidence as verdict_interval_confidence
 from pdcheck.config.cells import Side
 from pdcheck.results.load import CellResult, RunResults, kv_tokens
 from pdcheck.results.schema import VerdictFile
@@ -97,15 +98,16 @@ def _side_accuracy(cell: CellResult, side: Side, concurrency: int) -> float | No
 
 
 def interval_confidence(entry: VerdictFile) -> float | None:
-    """The two-sided confidence of the verdict's interval, from the design that computed it.
+    """The proven two-sided confidence of the verdict's interval, from the design that computed it.
 
-    `verdict.decide` draws the interval at 1 − 2·(the design's equivalence alpha), so that each
-    end is the one-sided bound its margin rule uses: 1 − 2·alpha with one look, 1 − 2·alpha/k
-    with early stop's k margin looks. A verdict stored without its design (pdcheck before
-    issue 17, whose intervals were 1 − alpha) does not say, and neither does the report.
+    `verdict.decide` draws each end at the design's equivalence alpha a (alpha with one look,
+    alpha/k with early stop's k margin looks); what is proven for the pair is
+    `verdict.interval_confidence`: at least 1 − (2 + D_SHARE)·a, printed as "≥89%" at a = 0.05.
+    A verdict stored without its design (pdcheck before issue 17) does not say, and neither
+    does the report.
     """
     design = entry.verdict.design
-    return None if design is None else 1 - 2 * design.equivalence_alpha
+    return None if design is None else verdict_interval_confidence(design.equivalence_alpha)
 
 
 # A reason opens with its headline; after the first clause break come the numbers behind it.
@@ -136,7 +138,8 @@ def short_reason(
         return "canary flagged" if carried_from is None else f"canary {headline}"
     if canary and status is Status.FAIL:
         return f"canary NOT flagged, {headline}"
-    if verdict is Verdict.INCONCLUSIVE and status is Status.FAIL:
+    if status is Status.FAIL and not verdict.flagged and verdict is not Verdict.INFRA_ERROR:
+        # INCONCLUSIVE, or NO-DROP-SHOWN under analysis.allow_no_drop_shown: false.
         return f"{headline}, fails the gate"
     return headline
 

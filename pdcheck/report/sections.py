@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pdcheck import __version__
+from pdcheck.analysis.stats import D_SHARE
 from pdcheck.analysis.verdict import Status
 from pdcheck.contracts import environment as contract_env
 from pdcheck.contracts.fixes import describe_statuses, statuses_from_record
@@ -270,8 +271,8 @@ def _baseline(row: ResultRow) -> str:
 
 
 def _confidence_text(level: float | None) -> str:
-    """An interval's level as the verdict's reason writes it ("95%"), or that it was not recorded."""
-    return "level not recorded" if level is None else f"{100 * level:g}%"
+    """An interval's proven level as the verdict's reason writes it ("≥89%"), or that it was not recorded."""
+    return "level not recorded" if level is None else f"≥{100 * level:g}%"
 
 
 def interval_levels(rows: Sequence[ResultRow]) -> list[float | None]:
@@ -428,14 +429,17 @@ def failure_line(row: ResultRow, *, rerun: str, first: DivergentQuestion | None)
 def _interval_sentence(levels: Sequence[float | None]) -> str:
     known = sorted({level for level in levels if level is not None})
     if not known:
-        return "exact one-sided bounds on the drop (their level is not recorded in this results folder)"
+        return "one-sided bounds on the drop (their level is not recorded in this results folder)"
     two_sided = " or ".join(_confidence_text(level) for level in known)
-    one_sided = " or ".join(_confidence_text(1 - (1 - level) / 2) for level in known)
+    # The stored level is 1 − (2 + D_SHARE)·a (`verdict.interval_confidence`); the margin's end is 1 − a.
+    one_sided = " or ".join(_confidence_text(1 - (1 - level) / (2 + D_SHARE)) for level in known)
     return (
-        "exact one-sided bounds on the drop (Clopper–Pearson on the PD-worse share of discordant "
+        "one-sided bounds on the drop (Clopper–Pearson on the PD-worse share of discordant "
         f"pairs and on the discordance; docs/analysis.md), shown as an interval at {two_sided} "
-        "(1 − 2·α/k, k the looks at which the test checks its margin: 1 without early stop), so "
-        f"its upper end is the one-sided {one_sided} bound the margin rule uses"
+        f"(proven: 1 − {2 + D_SHARE:g}·α/k, k the looks at which the test checks its margin: 1 "
+        f"without early stop), so its lower end is the one-sided {one_sided} bound the margin "
+        "rule uses; the REGRESSION test runs at α/F, and each verdict's reason gives Δ's upper "
+        "end at that level"
     )
 
 
@@ -499,12 +503,15 @@ def methodology_section(
             "SUSPECT where it is judged), so a sweep with no drop and no corruption gives any "
             f"REGRESSION or SUSPECT with probability ≤ α = {alpha if alpha is not None else '?'}; the table shows raw and "
             f"adjusted p. REGRESSION needs adjusted p ≤ α while a drop beyond the margin "
-            f"({margin_pts if margin_pts is not None else '?'} pts) is not excluded; PASS means no drop "
-            "beyond the margin was shown. SUSPECT means significantly more confident greedy "
+            f"({margin_pts if margin_pts is not None else '?'} pts) is not excluded; PASS means the "
+            "drop was shown within the margin (at a drop of the margin, at most α of the time); "
+            "NO-DROP-SHOWN means no drop was shown but it was not bounded by the margin either "
+            "(not a PASS). SUSPECT means significantly more confident greedy "
             f"divergences than a control (tie threshold ≥ {tie_epsilon_nats if tie_epsilon_nats is not None else '?'} "
             "nats, raised to the control's own measured jitter; off without a control run). Canaries must be flagged.",
-            f"- INCONCLUSIVE when the chance of flagging a drop of margin + 1 pt is below 80% (exact, "
-            f"for this design), and it fails the gate unless `analysis.allow_inconclusive`; "
+            f"- INCONCLUSIVE when the chance of flagging a drop of margin + 1 pt is below 80% (exact "
+            f"for this design, at the observed discordance), and it fails the gate unless "
+            f"`analysis.allow_inconclusive`; "
             f"minimum detectable effect at this n (approximate): {mde}.",
         ]
     )

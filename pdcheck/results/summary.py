@@ -11,7 +11,7 @@ import logging
 from pydantic import ValidationError
 
 from pdcheck.analysis.attribution import ArmObservation, Attribution, attribute
-from pdcheck.analysis.verdict import Outcome, Status, Verdict, count, run_exit_code
+from pdcheck.analysis.verdict import Outcome, Status, Verdict, count, run_exit_code, unjudged
 from pdcheck.results.schema import CellSummary, Counts, LevelResult, RunSummary, stamp
 from pdcheck.results.store import CellResult, RunResults
 
@@ -32,7 +32,7 @@ def cell_outcomes(cell: CellResult) -> list[tuple[int, Outcome]]:
             if unit is not None and unit.failure is not None
             else "not run (interrupted or not selected)"
         )
-        out.append((c, Outcome(Status.INFRA, Verdict.INFRA_ERROR, cell.canary, why)))
+        out.append((c, unjudged(why, canary=cell.canary)))
     return out
 
 
@@ -105,6 +105,11 @@ def attribution(results: RunResults) -> list[Attribution]:
                     c: v.verdict.delta_pts
                     for c, v in cell.verdicts.items()
                     if v.verdict.delta_pts is not None
+                },
+                carried_from={
+                    c: v.carried_from
+                    for c, v in cell.verdicts.items()
+                    if v.carried_from is not None
                 },
             )
         )

@@ -22,9 +22,12 @@ def arm(
     verdicts=None,
     deltas=None,
     model="m",
+    carried=None,
 ):
+    """An arm; a level carried by an early stop (`carried`: level -> from) has no Δ, as in a run."""
     verdicts = verdicts or {1: P}
-    deltas = deltas or {c: 0.0 for c in verdicts}
+    carried = carried or {}
+    deltas = deltas or {c: 0.0 for c in verdicts if c not in carried}
     return ArmObservation(
         cell=cell,
         model=model,
@@ -34,6 +37,7 @@ def arm(
         inject=inject,
         verdicts=verdicts,
         delta_pts=deltas,
+        carried_from=carried,
     )
 
 
@@ -147,3 +151,34 @@ def test_from_cell_and_json_round_trip():
     assert json_round_trip(obs) == obs
     a = Attribution(race="zeroing", rule="zeroing-fix", cell="c", evidence=("x", "y"))
     assert json_round_trip(a) == a
+
+
+def test_a_carried_level_says_where_it_came_from_never_nan():
+    """An early stop carried c1's REGRESSION to c8, which did not run and has no Δ: the
+    evidence says "carried from c1" (issue 40), never "+nan pts"."""
+    fixes_off = arm(
+        "off", fixes=("block-reuse",), verdicts={1: R, 8: R}, deltas={1: -30.0}, carried={8: 1}
+    )
+    fixes_on = arm("on", verdicts={1: P, 8: P})
+    named = attribute([fixes_off, fixes_on])
+    assert named and any("carried from c1" in e for a in named for e in a.evidence), named
+    text = fixes_off.describe()
+    assert "c8: REGRESSION (carried from c1)" in text and "nan" not in text.lower(), text
+    assert "c1: REGRESSION (-30.0 pts)" in text
+    for a in named:
+        assert all("nan" not in e.lower() for e in a.evidence), a.evidence
+
+
+def test_the_shipped_example_run_summarizes_without_nan():
+    """The README's stored example run (its c8 levels carried from c1 by early stop), summarized
+    by today's code: the attribution names where each carried level came from, with no NaN."""
+    from pathlib import Path
+
+    from pdcheck.results.load import load_run
+    from pdcheck.results.summary import summarize
+
+    (run,) = (Path(__file__).parents[3] / "docs" / "example-run").iterdir()
+    summary = summarize(load_run(run))
+    evidence = [e for a in summary.attribution for e in a.evidence]
+    assert evidence and all("nan" not in e.lower() for e in evidence), evidence
+    assert any("carried from c1" in e for e in evidence), evidence

@@ -152,3 +152,19 @@ def test_a_pd_repeat_without_its_own_baseline_repeat_exits_3(tmp_path):
     independent): more --pd-repeat than --baseline-repeat is refused with exit 3."""
     b, p = _files(tmp_path, both=100, worse=0, better=0, neither=0)
     assert main(["compare", b, p, "--pd-repeat", p]) == 3
+
+
+def test_no_drop_shown_warns_and_fails_only_when_asked(tmp_path):
+    """A powered comparison whose drop is not bounded by the margin is NO-DROP-SHOWN, never PASS:
+    exit 0 with a warning by default, 1 under --no-drop-shown-fails (issue 42)."""
+    b, p = _files(tmp_path, both=1000, worse=30, better=12, neither=277)
+    args = ["compare", b, p, "--alpha", str(0.05 / 24)]
+    default = CliRunner().invoke(cli, args)
+    assert default.exit_code == 0, default.output
+    assert (
+        "NO-DROP-SHOWN" in default.output
+        and "warning: NO-DROP-SHOWN is not a PASS" in default.output
+    )
+    strict = CliRunner().invoke(cli, [*args, "--no-drop-shown-fails"])
+    assert strict.exit_code == 1, strict.output
+    assert "error: NO-DROP-SHOWN" in strict.output

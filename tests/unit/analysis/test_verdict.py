@@ -29,6 +29,7 @@ def test_verdict_values_are_exactly_the_contract():
         "SUSPECT",
         "INCONCLUSIVE",
         "INFRA-ERROR",
+        "NO-DROP-SHOWN",
     ]
 
 

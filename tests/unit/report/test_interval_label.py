@@ -28,31 +28,32 @@ def _levels_in_reasons(run) -> set[str]:
         m
         for cell in run.cells
         for entry in cell.verdicts.values()
-        for m in re.findall(r"([\d.]+%) CI \[", entry.verdict.reason)
+        for m in re.findall(r"(≥[\d.]+%) CI \[", entry.verdict.reason)
     }
 
 
 def test_the_report_and_terminal_name_the_level_the_design_used(make_run):
-    """With early stop the interval widens to 1 − 2·alpha/k: the labels follow, as the reasons do."""
+    """With early stop the interval widens to 1 − 2.2·alpha/k: the labels follow, as the reasons do."""
     run = load_run(make_run(PLANS, analysis={"early_stop": True}))
     (level,) = _levels_in_reasons(run)
-    assert level != "90%", "early stop's margin looks must widen the interval"
+    assert level != "≥89%", "early stop's margin looks must widen the interval"
     text = render_markdown(run)
     header, _ = tables(text)[0]
     assert header[4] == f"Δ pts ({level} CI)"
     methodology = text.split("## Methodology", 1)[1]
-    assert f"shown as an interval at {level} (1 − 2·α/k" in methodology
+    assert f"shown as an interval at {level} (proven: 1 − 2.2·α/k" in methodology
     terminal = Console(file=io.StringIO(), width=120, color_system=None)
     terminal.print(render_summary(run))
     assert f"Δ pts ({level} CI)" in terminal.file.getvalue().splitlines()[1]
 
 
 def test_without_early_stop_the_interval_is_at_one_minus_two_alpha(make_run):
-    """One look: 1 − 2·0.05 = 90%, in the table and the JSON rows."""
+    """One look: each end at 0.05, so the proven two-sided level is 1 − 2.2·0.05 = 89%
+    (the lower end holds at ≥ 1 − 1.2·alpha, `stats.drop_bounds`), in the table and the JSON rows."""
     run = load_run(make_run(PLANS))
-    assert _levels_in_reasons(run) == {"90%"}
-    assert tables(render_markdown(run))[0][0][4] == "Δ pts (90% CI)"
-    assert {round(r.ci_level, 12) for r in build_rows(run)} == {0.9}
+    assert _levels_in_reasons(run) == {"≥89%"}
+    assert tables(render_markdown(run))[0][0][4] == "Δ pts (≥89% CI)"
+    assert {round(r.ci_level, 12) for r in build_rows(run)} == {0.89}
 
 
 def _row(concurrency: int, level: float | None) -> ResultRow:
@@ -80,8 +81,8 @@ def test_rows_at_different_levels_each_name_their_own():
     header, body = tables(results_table([_row(1, 0.9), _row(8, 0.95), _row(16, None)]))[0]
     assert header[4] == "Δ pts (CI, level per row)"
     assert [row[4] for row in body] == [
-        "+0.0 [-2.0, +2.0] (90%)",
-        "+0.0 [-2.0, +2.0] (95%)",
+        "+0.0 [-2.0, +2.0] (≥90%)",
+        "+0.0 [-2.0, +2.0] (≥95%)",
         "+0.0 [-2.0, +2.0] (level not recorded)",
     ]
     unrecorded = [replace(_row(1, None), concurrency=c) for c in (1, 8)]

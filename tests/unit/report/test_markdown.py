@@ -52,7 +52,7 @@ def test_results_table_has_every_column_and_one_row_per_cell_and_concurrency(mak
         "c",
         "Baseline acc",
         "PD acc",
-        "Δ pts (90% CI)",
+        "Δ pts (≥89% CI)",
         "p raw / adjusted",
         "Δinvalid pts",
         "Greedy agree",

@@ -62,7 +62,7 @@ def test_each_result_is_one_line_under_its_cell(run_dir, tmp_path, monkeypatch, 
 def test_a_line_says_verdict_delta_interval_n_kv_and_a_short_reason(run_dir, tmp_path, monkeypatch):
     """The numbers the report's table has for the result, and a reason of a few words."""
     _, lines = _merge_output(run_dir, tmp_path / "merged", monkeypatch, 120)
-    assert "Δ pts (90% CI)" in lines[1] and "KV tokens" in lines[1]
+    assert "Δ pts (≥89% CI)" in lines[1] and "KV tokens" in lines[1]
     canary = lines.index("tiny-llama-p1x1-d1x1-async-inject-zero · canary")
     assert (
         _words(lines[canary + 2]) == "c8 REGRESSION -30.0 [-38.1, -20.5] 200 8,000 canary flagged"
