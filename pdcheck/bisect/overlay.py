@@ -171,12 +171,10 @@ def read_manifest(root: Path) -> dict | None:
         return None
 
 
-def _reusable(manifest: dict | None, installed: InstalledVllm) -> bool:
-    return bool(
-        manifest
-        and manifest.get("manifest_version") == MANIFEST_VERSION
-        and manifest.get("installed_path") == str(installed.path)
-    )
+def _reusable(manifest: dict, installed: InstalledVllm) -> bool:
+    return manifest.get("manifest_version") == MANIFEST_VERSION and manifest.get(
+        "installed_path"
+    ) == str(installed.path)
 
 
 def build_release_overlay(
@@ -195,7 +193,7 @@ def build_release_overlay(
     """
     root = overlays_dir / f"{release}--on-{installed.version}"
     manifest = read_manifest(root)
-    if _reusable(manifest, installed):
+    if manifest is not None and _reusable(manifest, installed):
         return Overlay(root, release, installed.version, int(manifest.get("linked_files", 0)))
     overlays_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{release}-", dir=overlays_dir))
@@ -214,7 +212,7 @@ def build_release_overlay(
         }
         (tmp / MANIFEST).write_text(json.dumps(record, indent=1) + "\n")
         current = read_manifest(root)
-        if _reusable(current, installed):
+        if current is not None and _reusable(current, installed):
             # Another run built the same overlay meanwhile, and may be importing from it.
             shutil.rmtree(tmp, ignore_errors=True)
             return Overlay(root, release, installed.version, int(current.get("linked_files", 0)))
