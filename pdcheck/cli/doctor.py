@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
@@ -59,13 +58,13 @@ def doctor(
             )
         console.print(f"written to {gpu_smoke}")
         return
+    probe_env = None
     if vllm_release:
         from pdcheck.bisect.release_run import overlay_env
         from pdcheck.cli.race import release_overlay
 
-        # The probes are child pythons of this one: the overlay first on their path.
-        os.environ.update(overlay_env(release_overlay(vllm_release)[2]))
-    env = collect_environment(python)
+        probe_env = overlay_env(release_overlay(vllm_release)[2])
+    env = collect_environment(python, probe_env)
     if as_json:
         click.echo(json.dumps(env, indent=2))
         return

@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -128,14 +129,19 @@ class VllmEnvironment:
 
 
 def probe_vllm(
-    python: str | None = None, *, fixes: bool = False, timeout_s: float = 60.0
+    python: str | None = None,
+    *,
+    fixes: bool = False,
+    timeout_s: float = 60.0,
+    env: Mapping[str, str] | None = None,
 ) -> VllmEnvironment:
     """Ask `python` (default: this interpreter) which vLLM and nixl it has, and with `fixes`,
-    which race fixes that vLLM has (`fixes` stays empty, unknown, without)."""
+    which race fixes that vLLM has (`fixes` stays empty, unknown, without). `env` (default:
+    this process's) is the probes' environment: a release overlay is put on their path there."""
     python = python or sys.executable
     try:
         proc = subprocess.run(
-            [python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s
+            [python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s, env=env
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return VllmEnvironment(python, "", None, None, None, None, None, None, error=str(exc))
@@ -151,7 +157,7 @@ def probe_vllm(
     if cached is not None:
         return replace(probed, fixes=cached, fixes_cached=True)
     with pdcheck_path() as path_dir:
-        found = _fixes_of(_start_fixes(python, path_dir))
+        found = _fixes_of(_start_fixes(python, path_dir, env))
     if found and all(s.state != "unknown" for s in statuses_from_record(found).values()):
         _write_cached_fixes(cache, found)
     return replace(probed, fixes=found)
@@ -185,9 +191,11 @@ def _write_cached_fixes(path: Path, fixes: dict[str, dict]) -> None:
         write_text_atomic(path, json.dumps({"fixes": fixes}))
 
 
-def _start_fixes(python: str, path_dir: str) -> subprocess.Popen[str] | None:
+def _start_fixes(
+    python: str, path_dir: str, env: Mapping[str, str] | None
+) -> subprocess.Popen[str] | None:
     try:
-        return start_adapter_program(python, FIXES_MODULE, path_dir)
+        return start_adapter_program(python, FIXES_MODULE, path_dir, env=env)
     except OSError:
         return None
 
@@ -217,7 +225,7 @@ def free_memory_bytes() -> int | None:
     return None
 
 
-def collect_environment(python: str | None = None) -> dict:
+def collect_environment(python: str | None = None, env: Mapping[str, str] | None = None) -> dict:
     """The environment record every report embeds: pdcheck, python, vLLM, nixl, GPUs, memory, fixes."""
     from pdcheck import __version__
     from pdcheck.serving.gpus import read_inventory
@@ -225,7 +233,7 @@ def collect_environment(python: str | None = None) -> dict:
     inv = read_inventory()
     return {
         "pdcheck_version": __version__,
-        "vllm": probe_vllm(python, fixes=True).to_dict(),
+        "vllm": probe_vllm(python, fixes=True, env=env).to_dict(),
         "gpus": {"source": inv.source, "devices": [asdict(g) for g in inv.gpus]},
         "free_memory_bytes": free_memory_bytes(),
         "cpu_count": os.cpu_count(),
