@@ -23,6 +23,7 @@ from pdcheck.bisect.overlay import (
     build_release_overlay,
     fetch_wheel,
 )
+from pdcheck.contracts.fixes import statuses_from_record
 
 RACE, CLEAN, UNTESTABLE = "race", "clean", "untestable"
 # The hidden `pdcheck race` option that tells the child which release it runs (replay lines).
@@ -69,22 +70,10 @@ class ReleaseVerdict:
 
 
 def fixes_from_summary(summary: dict[str, Any]) -> dict[str, str]:
-    """The fix forms the summary reports, as `fix -> text`; older summaries only list absent fixes."""
-    fixes = summary.get("fixes")
-    if isinstance(fixes, dict):
-        out = {}
-        for name, value in fixes.items():
-            if isinstance(value, dict):
-                state = value.get("state") or value.get("status") or ""
-                form = value.get("form") or ""
-                out[str(name)] = " ".join(str(x) for x in (state, form) if x) or json.dumps(value)
-            else:
-                out[str(name)] = str(value)
-        return out
-    absent = summary.get("fixes_absent")
-    if isinstance(absent, list):
-        return {"absent": ", ".join(str(name) for name in absent) or "none"}
-    return {}
+    """The fixes the race summary names, as `fix -> "present (form)"`, `absent` or `unknown`."""
+    return {
+        fix: status.describe() for fix, status in statuses_from_record(summary.get("fixes")).items()
+    }
 
 
 def families_from_summary(summary: dict[str, Any]) -> dict[str, int]:

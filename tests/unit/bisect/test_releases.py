@@ -284,7 +284,7 @@ def test_verdict_reads_the_summary_and_refuses_another_vllm():
     """Exit 1 with a summary is a race (families summed over variants); a summary naming another vLLM means the overlay was not imported."""
     summary = {
         "vllm_version": "0.23.0",
-        "fixes_absent": ["block-reuse", "zeroing"],
+        "fixes": {"block-reuse": {"state": "absent"}, "zeroing": {"state": "absent"}},
         "variants": [
             {"seeds_by_family": {"BLOCK_REUSE": 2}},
             {"seeds_by_family": {"BLOCK_REUSE": 1}},
@@ -294,7 +294,7 @@ def test_verdict_reads_the_summary_and_refuses_another_vllm():
     assert (v.outcome, v.families, v.fixes) == (
         RACE,
         {"BLOCK_REUSE": 3},
-        {"absent": "block-reuse, zeroing"},
+        {"block-reuse": "absent", "zeroing": "absent"},
     )
     wrong = verdict_from_run("0.23.0", 0, {**summary, "vllm_version": "0.32.0"}, "", 1.0)
     assert wrong.outcome == UNTESTABLE and "not imported" in wrong.reason
@@ -303,8 +303,8 @@ def test_verdict_reads_the_summary_and_refuses_another_vllm():
 
 def test_fix_forms_come_from_the_summary_as_written():
     """Fix forms are the summary's words, not recomputed."""
-    forms = {"fixes": {"zeroing": {"state": "present", "form": "_skip_zero_block_ids"}}}
-    assert fixes_from_summary(forms) == {"zeroing": "present _skip_zero_block_ids"}
+    forms = {"fixes": {"zeroing": {"state": "present", "form": "skip-zero-block-ids"}}}
+    assert fixes_from_summary(forms) == {"zeroing": "present (skip-zero-block-ids)"}
 
 
 RELEASES = tuple(f"0.{n}.0" for n in range(22, 33))  # 0.22.0 .. 0.32.0, 11 releases
