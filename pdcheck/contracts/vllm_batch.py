@@ -90,8 +90,8 @@ def queueing_note(
             "measures queueing"
         )
     return (
-        f"{head} {limit.low} where vLLM's default is {limit.low} ({limit.source}): there the "
-        "extra requests queue and this level measures queueing"
+        f"{head} {limit.low} on some GPUs ({limit.source}): there the extra requests queue "
+        "and this level measures queueing"
     )
 
 
