@@ -35,19 +35,6 @@ SIDES: tuple[Side, ...] = ("baseline", "pd")
 # The servers each side of the comparison starts.
 SIDE_ROLES: dict[str, tuple[Role, ...]] = {"baseline": ("baseline",), "pd": ("prefill", "decode")}
 
-# Keys a selector (include/exclude) may use, with the cell attribute each reads.
-SELECTOR_KEYS = (
-    "model",
-    "kind",
-    "prefill_tp",
-    "decode_tp",
-    "prefill_instances",
-    "decode_instances",
-    "async_scheduling",
-    "arm",
-    "attention_backend",
-)
-
 
 class Cell(BaseModel):
     """A fully resolved server configuration to test: PD topology against its no-PD baseline."""
@@ -112,6 +99,7 @@ class Cell(BaseModel):
         return self.gpus_for(*ROLES)
 
     def selector_values(self) -> dict[str, Any]:
+        """What include/exclude selectors match, by key (`selectors.SELECTOR_KEYS`)."""
         return {
             "model": self.model.name,
             "kind": self.model.kind,

@@ -12,9 +12,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from pdcheck.config.cells import SELECTOR_KEYS, expand_cells
+from pdcheck.config.cells import expand_cells
 from pdcheck.config.paths import shipped_dir
 from pdcheck.config.schema import UNION_TAGS, SweepSpec
+from pdcheck.config.selectors import selector_problem
 from pdcheck.errors import ConfigError, SweepFileError, SweepFileErrors
 
 # A key path into the sweep file, as pydantic reports it: mapping keys and list indices.
@@ -121,15 +122,8 @@ def parse_sweep(
 
 
 def _cross_reference_problem(spec: SweepSpec) -> tuple[Loc, str] | None:
-    """Checks that span sections: arm names unique, environments that arms name exist, selectors
-    name cell fields."""
-    for which, selectors in (("include", spec.include), ("exclude", spec.exclude)):
-        for i, selector in enumerate(selectors):
-            unknown = sorted(set(selector) - set(SELECTOR_KEYS))
-            if unknown:
-                return (which, i, unknown[0]), (
-                    f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(SELECTOR_KEYS)}"
-                )
+    """Checks that span sections: arm names unique, environments that arms name exist, and each
+    include/exclude selector names cell fields and matches a cell (`selectors.py`)."""
     env_names = [e.name for e in spec.environments]
     for i, env in enumerate(spec.environments):
         if env_names.count(env.name) > 1:
@@ -150,7 +144,8 @@ def _cross_reference_problem(spec: SweepSpec) -> tuple[Loc, str] | None:
                 f"arm {arm.name!r} names environment {arm.environment!r}, which is not defined; "
                 f"defined environments: {', '.join(env_names) or 'none'}",
             )
-    return None
+    # After the arms: a selector's arm values are checked against the names found valid above.
+    return selector_problem(spec)
 
 
 def _clean_loc(loc: Loc) -> Loc:

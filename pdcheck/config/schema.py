@@ -6,6 +6,7 @@ at load, before any process starts. Expansion into cells lives in `cells.py`.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from typing import Annotated, Any, Final, Literal
 
@@ -191,8 +192,10 @@ BUILTIN_ARMS: dict[str, ArmSpec] = {
 
 def _known_arm(name: str) -> str:
     if name not in BUILTIN_ARMS:
+        close = difflib.get_close_matches(name, list(BUILTIN_ARMS), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise ValueError(
-            f"unknown arm {name!r}; built-in arms are {', '.join(BUILTIN_ARMS)}, "
+            f"unknown arm {name!r}; {hint}built-in arms are {', '.join(BUILTIN_ARMS)}, "
             "or define one as a mapping with a name"
         )
     return name

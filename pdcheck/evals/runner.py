@@ -7,7 +7,7 @@ recorded apart (`queue_s`) from its latency. A one-request preflight runs first 
 the run with the server's own error, before anything is written.
 
 Records go to the JSONL file as they finish, in batches of what finished in one event-loop
-iteration (`_RecordSink`); a rerun with the same file skips the questions already there, after
+iteration (`RecordSink`); a rerun with the same file skips the questions already there, after
 checking they were asked with the same prompts, and asks the rest.
 """
 
@@ -153,7 +153,7 @@ async def arun_eval(
                     request_id=rid,
                 )
 
-            async def ask(index: int, sink: _RecordSink) -> None:
+            async def ask(index: int, sink: RecordSink) -> None:
                 async with semaphore:
                     queue_s = now() - start
                     body = builder.body(builder.prompt(index), model=model)
@@ -168,7 +168,7 @@ async def arun_eval(
                 sink.add((index, req.request_id, queue_s, outcome))
 
             with RecordWriter(out_path) as writer:
-                sink = _RecordSink(writer, record_of, on_record=on_record, should_stop=should_stop)
+                sink = RecordSink(writer, record_of, on_record=on_record, should_stop=should_stop)
                 tasks = [asyncio.ensure_future(ask(i, sink)) for i in todo]
                 everything = asyncio.gather(*tasks)
                 # Cancelled by a stop, the gather ends with a CancelledError nobody awaits: mark it
@@ -258,7 +258,7 @@ def to_record(
     )
 
 
-class _RecordSink:
+class RecordSink:
     """Builds and appends the records of finished questions in batches, off the request path.
 
     When a question's request finishes it releases its semaphore slot, but the next question's

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pdcheck.report.mermaid import ChartLine, render_xychart
 from pdcheck.report.rows import ResultRow
 
-__all__ = ["ModelChart", "accuracy_charts"]
+__all__ = ["ModelChart", "accuracy_charts", "y_range"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class ModelChart:
             x_title="concurrency",
             x_labels=[str(c) for c in self.concurrencies],
             y_title="accuracy (%)",
-            y_range=_y_range(self.lines),
+            y_range=y_range(self.lines),
             lines=self.lines,
         )
         legend = (
@@ -45,7 +45,7 @@ class ModelChart:
         return f"```mermaid\n{body}\n```\n\n{legend}"
 
 
-def _y_range(lines: Sequence[ChartLine]) -> tuple[float, float]:
+def y_range(lines: Sequence[ChartLine]) -> tuple[float, float]:
     """The data's range widened to whole tens: a 0-100 axis would flatten a 3-point drop."""
     values = [v for line in lines for v in line.values]
     low = max(0.0, math.floor(min(values) / 10) * 10)

@@ -14,7 +14,14 @@ from pdcheck.analysis.agreement import CORRUPTION, TIE, UNCLASSIFIED
 from pdcheck.evals.records import QuestionRecord, read_records
 from pdcheck.results.load import CellResult, RunResults
 
-__all__ = ["DivergentQuestion", "LogTail", "diverging_questions", "log_tails", "rerun_command"]
+__all__ = [
+    "DivergentQuestion",
+    "LogTail",
+    "diverging_questions",
+    "log_tails",
+    "read_questions",
+    "rerun_command",
+]
 
 # Which server logs matter most when a PD cell fails: the decoder loads the KV.
 _LOG_ORDER = ("decode", "prefill", "proxy", "baseline")
@@ -46,7 +53,7 @@ class LogTail:
     lines: tuple[str, ...]
 
 
-def _read_questions(path: Path, wanted: set[int]) -> dict[int, QuestionRecord]:
+def read_questions(path: Path, wanted: set[int]) -> dict[int, QuestionRecord]:
     """Only the wanted questions of a records file (others are skipped unparsed)."""
     if not path.is_file():
         return {}
@@ -76,8 +83,8 @@ def diverging_questions(
         divergences, key=lambda d: (_GRADE_ORDER.get(d.grade, len(_GRADE_ORDER)), d.index)
     )[:candidates]
     wanted = {d.index for d in ranked}
-    baseline = _read_questions(baseline_unit.records_path, wanted)
-    pd = _read_questions(pd_unit.records_path, wanted)
+    baseline = read_questions(baseline_unit.records_path, wanted)
+    pd = read_questions(pd_unit.records_path, wanted)
     found = [
         DivergentQuestion(
             index=d.index,

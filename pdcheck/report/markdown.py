@@ -21,6 +21,7 @@ from pdcheck.report.details import diverging_questions, log_tails, rerun_command
 from pdcheck.report.exactness import exactness_section
 from pdcheck.report.kv_integrity import kv_integrity_section
 from pdcheck.report.prefix_cache import prefix_cache_section
+from pdcheck.report.queueing import queueing_section
 from pdcheck.report.race import race_sections
 from pdcheck.report.rows import ResultRow, build_rows
 from pdcheck.report.sections import (
@@ -217,6 +218,7 @@ def render_markdown(
     kv_integrity = kv_integrity_section(run)
     exactness = exactness_section(run)
     prefix_cache = prefix_cache_section(run)
+    queueing = queueing_section(run)
     methodology = methodology_section(
         alpha=policy.alpha if policy else None,
         margin_pts=policy.margin_pts if policy else None,
@@ -246,6 +248,8 @@ def render_markdown(
             parts += ["## Bit-exact judging", exactness]
         if prefix_cache is not None:
             parts += ["## Prefix caching", prefix_cache]
+        if queueing is not None:
+            parts += ["## Concurrency above what the servers run at once", queueing]
         if failures:
             parts.append("## Failures")
             parts += [f.full for f in failures[: detail.full_failures]]

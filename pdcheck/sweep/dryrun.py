@@ -56,6 +56,7 @@ def dry_run(
     from pdcheck.serving.environment import probe_vllm
     from pdcheck.serving.gpus import Gpu, GpuInventory
     from pdcheck.serving.plan import resolve_platform
+    from pdcheck.serving.queueing import queueing_lines
     from pdcheck.serving.ray_placement import group_request
     from pdcheck.serving.weights import describe_weights
     from pdcheck.sweep.serving_backend import ServingBackend
@@ -102,6 +103,8 @@ def dry_run(
             for job in jobs
             if job.side == "baseline" and cell in job.shares
         ]
+        platform = resolve_platform(cell, backend.inventory)
+        lines += [f"# {line}" for line in queueing_lines(cell, platform=platform)]
         python = cell_python(cell)
         if check_argv and python not in checked:
             checked[python] = probe_vllm(python).vllm_version is not None

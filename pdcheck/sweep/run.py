@@ -242,7 +242,7 @@ def run_sweep(
     # unsharded run or in shard 1, beside the servers.
     settings = prepared.spec.race
     run_race = request.attach is None and (shard is None or shard[0] == 1)
-    harnesses = _race_harnesses(settings, store, prepared.cells) if settings and run_race else []
+    harnesses = race_harnesses(settings, store, prepared.cells) if settings and run_race else []
     with contextlib.ExitStack() as stack:
         for harness in harnesses:
             stack.enter_context(harness)
@@ -251,9 +251,7 @@ def run_sweep(
         )
 
 
-def _race_harnesses(
-    settings: RaceSettings, store: RunStore, cells: Sequence[Cell]
-) -> list[RaceRun]:
+def race_harnesses(settings: RaceSettings, store: RunStore, cells: Sequence[Cell]) -> list[RaceRun]:
     """A harness per environment to start, but those whose verdict a resumed run already has."""
     harnesses = []
     for env in sweep_environments(cells):

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from pdcheck.cli import main
+from pdcheck.config import expand_cells, load_sweep
 from pdcheck.config.paths import fixture_models_dir
 
 pytestmark = [pytest.mark.gpu, pytest.mark.servers, pytest.mark.xdist_group("servers")]
@@ -23,6 +24,16 @@ def test_the_one_gpu_sweep_passes_on_gpu_0(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     out = tmp_path / "run"
     assert main(["sweep", "one-gpu", "--out", str(out)]) == 0
-    for cell_json in (out / "cells").glob("*/cell.json"):
-        for topology in json.loads(cell_json.read_text())["servers"]:
+    # Every cell of the sweep, not whatever cell.json files exist: with none the loop below
+    # would check nothing and pass.
+    cells = expand_cells(load_sweep("one-gpu"))
+    assert cells
+    for cell in cells:
+        cell_json = out / "cells" / cell.dirname / "cell.json"
+        assert cell_json.is_file(), f"{cell.name}: no cell.json in {out}"
+        topologies = json.loads(cell_json.read_text())["servers"]
+        assert topologies and all(t["servers"] for t in topologies), (
+            f"{cell.name}: cell.json records no server"
+        )
+        for topology in topologies:
             assert {s["env"]["CUDA_VISIBLE_DEVICES"] for s in topology["servers"]} == {"0"}

@@ -80,15 +80,22 @@ _MODELS = b"name: x\nmodels:\n  - {name: m1, path: /nonexistent}\n"
         (b"name: x\nmodels: [\xff]\n", ":2: not UTF-8 text"),
         (b"name: x\nmodels: [a\n", ":3: YAML syntax error"),
         (b"- just\n- a list\n", ":1: a sweep file must be a mapping"),
-        (_MODELS + b"exclude:\n  - {modle: m1}\n", ":5: exclude.0.modle: unknown key(s) modle"),
-        (_MODELS + b"include:\n  - {model: m2}\n", ": the sweep expands to no cells"),
+        (
+            _MODELS + b"exclude:\n  - {modle: m1}\n",
+            ":5: exclude.0.modle: unknown selector key 'modle'; did you mean 'model'?",
+        ),
+        (
+            _MODELS + b"include:\n  - {model: m2}\n",
+            ":5: include.0.model: 'm2' matches no cell of the sweep",
+        ),
+        (_MODELS + b"exclude:\n  - {model: m1}\n", ": the sweep expands to no cells"),
     ],
 )
 def test_undecodable_unparsable_or_unexpandable_sweep_files_name_file_and_line(
     tmp_path, data, where
 ):
-    """Bytes that are not UTF-8 name the line of the first bad byte, YAML errors and unknown
-    selector keys their line; rules that leave no cells name the file."""
+    """Bytes that are not UTF-8 name the line of the first bad byte, YAML errors and selectors
+    that match nothing their line; rules that leave no cells name the file."""
     path = tmp_path / "s.yaml"
     path.write_bytes(data)
     code, output = run_cli("validate", str(path))

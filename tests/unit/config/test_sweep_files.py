@@ -120,7 +120,9 @@ def test_yaml_syntax_error_names_line(tmp_path):
 
 
 def test_unknown_selector_key(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown key.*modle.*allowed: model"):
+    with pytest.raises(
+        ConfigError, match=r"unknown selector key .modle.; did you mean .model.\? allowed: model"
+    ):
         expand_cells(load_sweep(write(tmp_path, BASE + "exclude:\n  - {modle: m1}\n")))
 
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from pdcheck.evals.records import QuestionRecord, RecordWriter, read_records
-from pdcheck.evals.runner import _RecordSink
+from pdcheck.evals.runner import RecordSink
 
 
 def _record(index: int) -> QuestionRecord:
@@ -25,7 +25,7 @@ def test_batch_is_written_by_the_loop_not_by_add(tmp_path):
 
     async def main():
         with RecordWriter(out) as writer:
-            sink = _RecordSink(writer, _record, on_record=lambda r: seen.append(r.index))
+            sink = RecordSink(writer, _record, on_record=lambda r: seen.append(r.index))
             for i in range(3):
                 sink.add((i,))
             assert _indices(out) == [] and seen == [], "nothing written inside the finishing task"
@@ -44,7 +44,7 @@ def test_at_most_max_unwritten_records_wait(tmp_path):
 
     async def main():
         with RecordWriter(out) as writer:
-            sink = _RecordSink(writer, _record, on_record=None, max_unwritten=4)
+            sink = RecordSink(writer, _record, on_record=None, max_unwritten=4)
             for i in range(3):
                 sink.add((i,))
             assert _indices(out) == []
@@ -61,7 +61,7 @@ def test_close_writes_the_queue(tmp_path):
 
     async def main():
         with RecordWriter(out) as writer:
-            sink = _RecordSink(writer, _record, on_record=None)
+            sink = RecordSink(writer, _record, on_record=None)
             sink.add((7,))
             sink.add((8,))
             sink.close()
@@ -83,7 +83,7 @@ def test_a_failed_batch_stops_the_run_and_later_records_are_kept(tmp_path):
 
     async def main():
         with RecordWriter(out) as writer:
-            sink = _RecordSink(writer, _record, on_record=on_record)
+            sink = RecordSink(writer, _record, on_record=on_record)
             sink.add((0,))
             await asyncio.sleep(0)
             await asyncio.sleep(0)
@@ -103,7 +103,7 @@ def test_a_failed_last_batch_is_raised_by_close(tmp_path):
             raise OSError(28, "No space left on device")
 
     async def main():
-        sink = _RecordSink(BrokenWriter(), _record, on_record=None)
+        sink = RecordSink(BrokenWriter(), _record, on_record=None)
         sink.add((0,))
         await asyncio.sleep(0)
         await asyncio.sleep(0)

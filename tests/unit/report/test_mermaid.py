@@ -39,8 +39,8 @@ def test_a_line_must_have_one_value_per_x_label():
 
 def test_the_y_axis_fits_the_data_in_whole_tens():
     """Accuracies of 83-86% get an 80-90 axis, not 0-100 where a 3-point drop is invisible."""
-    from pdcheck.report.charts import _y_range
+    from pdcheck.report.charts import y_range
 
-    assert _y_range([ChartLine("a", (83.5, 86.2))]) == (80.0, 90.0)
-    assert _y_range([ChartLine("a", (100.0, 100.0))]) == (90.0, 100.0)
-    assert _y_range([ChartLine("a", (0.0, 0.0)), ChartLine("b", (40.0, 12.0))]) == (0.0, 40.0)
+    assert y_range([ChartLine("a", (83.5, 86.2))]) == (80.0, 90.0)
+    assert y_range([ChartLine("a", (100.0, 100.0))]) == (90.0, 100.0)
+    assert y_range([ChartLine("a", (0.0, 0.0)), ChartLine("b", (40.0, 12.0))]) == (0.0, 40.0)

