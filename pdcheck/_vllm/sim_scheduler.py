@@ -108,6 +108,11 @@ def _vllm_config(spec: SchedulerSpec) -> Any:
         dtype="float32",
     )
     cache = CacheConfig(block_size=spec.block_size, enable_prefix_caching=spec.prefix_caching)
+    if spec.layout == "hybrid":
+        # Named, never left to the release's default: with prefix caching, vLLM before 0.28.0
+        # picks "all" for a model that supports it (Granite-4.0-H does), and the harness's
+        # state model is the one of the mode it names (docs/race-harness.md).
+        cache.mamba_cache_mode = spec.mamba_mode
     sched = SchedulerConfig(
         max_num_seqs=spec.max_num_seqs,
         max_num_batched_tokens=spec.max_num_batched_tokens,
@@ -237,6 +242,12 @@ class SimScheduler:
     @property
     def defer_block_free(self) -> bool:
         return bool(getattr(self._scheduler, "defer_block_free", False))
+
+    @property
+    def reports_failed_loads(self) -> bool:
+        """Whether a whole failed load can be reported as such (`failed_recving`); before it only
+        its invalid blocks say so, which vLLM handles for a single KV cache group only."""
+        return reports_failed_loads()
 
     @property
     def scheduler_class(self) -> str:

@@ -300,9 +300,13 @@ class RaceSim:
             del self.loads[rid]
             if pending.valid_blocks is None:
                 ok.add(rid)
-            elif self.mamba_groups or (pending.valid_blocks == 0 and self.rng.random() < 0.5):
+            elif (
+                self.mamba_groups or (pending.valid_blocks == 0 and self.rng.random() < 0.5)
+            ) and self.sched.reports_failed_loads:
                 failed.add(rid)
             else:
+                # Block-level: the invalid blocks from the first one the load left unwritten.
+                # Before `failed_recving` this is also how a whole failure is reported.
                 load = pending.load
                 first = load.start // self.bs + pending.valid_blocks
                 table = load.block_ids[self.attn_groups[0]]
