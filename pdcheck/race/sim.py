@@ -104,6 +104,8 @@ class RaceSim:
         ] = {}  # (request, block) -> dispatch index that gave it
         self._exec_of_dispatch: dict[int, int] = {}  # dispatch index -> execution index
         self._landed_exec: dict[str, int] = {}  # loader -> execution index its load landed at
+        # block -> (dispatch index that started the last load written into it, execution index it landed at)
+        self._block_loaded: dict[int, tuple[int, int]] = {}
         self._preempted_at: dict[str, int] = {}  # request -> dispatch index of its last preemption
         self._poison_kind: dict[
             str, Kind
@@ -253,6 +255,7 @@ class RaceSim:
             table = load.block_ids[g]
             for j in range(first, min(limit, last)):
                 block = table[j]
+                self._block_loaded[block] = (pending.step, self.executed)
                 for s in range(bs):
                     p = j * bs + s
                     self.memory.write_slot(block, s, tags[p] if p < load.end else ZERO, writer)
@@ -522,11 +525,16 @@ class RaceSim:
 
     def _kv_mismatch(self, rid: str, block: int, slot: int, pos: int, step: int) -> None:
         actual = self.memory.slots[block][slot]
-        kind_w, writer, wstep, _ = self.memory.slot_writers[block][slot]
+        kind_w, writer, wstep, wexec = self.memory.slot_writers[block][slot]
         if actual == ZERO and kind_w == "zero":
-            kind = (
-                Kind.CORRUPTION_ZEROED_AFTER_LOAD
-            )  # zeroing landed after the content it should precede
+            loaded = self._block_loaded.get(block)
+            if loaded is not None and loaded[0] >= wstep and loaded[1] <= wexec:
+                # zeroing landed after the load it should precede (both from the step that gave
+                # the block out: an older load was a previous owner's)
+                kind = Kind.CORRUPTION_ZEROED_AFTER_LOAD
+            else:
+                # no load wrote the block before this zeroing: the tokens were never computed
+                kind = Kind.READ_UNCOMPUTED_KV
         elif actual == GARBLE and kind_w == "state" and writer != rid:
             kind = Kind.CORRUPTION_STALE_MAMBA_WRITE
         elif kind_w == "kv" and (writer != rid or self._stale_self_write(rid, wstep)):
