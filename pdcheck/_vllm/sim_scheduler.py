@@ -11,11 +11,10 @@ import json
 import tempfile
 from typing import Any
 
-from pdcheck._vllm import sim_connector
+from pdcheck._vllm import sim_connector, versions
 from pdcheck._vllm.capture import block_tables, capture_loads, describe_step, group_infos
 from pdcheck._vllm.internals import check_internals
 from pdcheck._vllm.records import LoadStart, StepRecord
-from pdcheck._vllm.versions import reports_failed_loads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,7 +246,7 @@ class SimScheduler:
     def reports_failed_loads(self) -> bool:
         """Whether a whole failed load can be reported as such (`failed_recving`); before it only
         its invalid blocks say so, which vLLM handles for a single KV cache group only."""
-        return reports_failed_loads()
+        return versions.reports_failed_loads()
 
     @property
     def scheduler_class(self) -> str:
@@ -292,7 +291,7 @@ class SimScheduler:
         kv_output = None
         if finished_recving or failed_recving or invalid_block_ids:
             # Before `failed_recving` (0.30.0) a failed load was known only by its invalid blocks.
-            failed = {"failed_recving": failed_recving} if reports_failed_loads() else {}
+            failed = {"failed_recving": failed_recving} if self.reports_failed_loads else {}
             kv_output = self._KVConnectorOutput(
                 finished_recving=finished_recving | failed_recving,
                 invalid_block_ids=invalid_block_ids,

@@ -180,3 +180,28 @@ def hybrid_load_failure_unsupported() -> str | None:
         f"{FAILED_RECVING_FIRST_RELEASE} (no KVConnectorOutput.failed_recving; invalid_block_ids "
         "handles one KV cache group only)"
     )
+
+
+@functools.cache
+def mamba_align_connector_unsupported() -> str | None:
+    """Why the installed vLLM cannot load KV through a connector into a Mamba "align" cache, or None.
+
+    vLLM 0.22.0's `Scheduler._mamba_block_aligned_split` asserts
+    `num_external_computed_tokens == 0` ("External KV connector is not verified yet"): a PD
+    consumer of a hybrid model in align mode stops at its first load. Detected by that form.
+    """
+    import inspect
+
+    from pdcheck._vllm.patches import scheduler_cls
+
+    split = getattr(scheduler_cls(), "_mamba_block_aligned_split", None)
+    try:
+        source = inspect.getsource(split) if split is not None else ""
+    except (OSError, TypeError):
+        return None
+    if "External KV connector is not verified" in source:
+        return (
+            "this vLLM's Mamba align mode refuses KV connector loads "
+            "(Scheduler._mamba_block_aligned_split asserts num_external_computed_tokens == 0)"
+        )
+    return None

@@ -193,7 +193,12 @@ def unsupported_variant(workload: Workload) -> str | None:
     """Why the installed vLLM cannot run ``workload`` faithfully, or None (pdcheck._vllm.versions)."""
     from pdcheck._vllm import versions
 
-    if workload.scheduler.layout == "hybrid" and workload.load_failure_rate > 0:
+    spec = workload.scheduler
+    if spec.layout != "hybrid":
+        return None
+    if spec.mamba_mode == "align" and (reason := versions.mamba_align_connector_unsupported()):
+        return reason
+    if workload.load_failure_rate > 0:
         return versions.hybrid_load_failure_unsupported()
     return None
 
