@@ -52,8 +52,6 @@ REQUIRED_NAMES: tuple[str, ...] = (
     "vllm.distributed.kv_transfer.kv_connector.v1.base:KVConnectorMetadata",
     "vllm.distributed.kv_transfer.kv_connector.v1.base:SupportsHMA",
 )
-
-
 def vllm_version() -> str:
     import vllm
 
