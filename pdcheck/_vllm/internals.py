@@ -52,6 +52,8 @@ REQUIRED_NAMES: tuple[str, ...] = (
     "vllm.distributed.kv_transfer.kv_connector.v1.base:KVConnectorMetadata",
     "vllm.distributed.kv_transfer.kv_connector.v1.base:SupportsHMA",
 )
+
+
 def vllm_version() -> str:
     import vllm
 
