@@ -173,9 +173,9 @@ def run_seed(workload: Workload, seed: int, *, replay_options: str = "") -> Seed
     t0 = time.perf_counter()
     findings = sim.run()
     sim_s = time.perf_counter() - t0
-    first: dict[str, int] = {}
-    for f in findings:
-        first[str(f.family)] = min(first.get(str(f.family), f.step), f.step)
+    # Every finding's family, not only the kept ones': a family first seen after the first
+    # MAX_FINDINGS_KEPT findings still counts for its seed.
+    first = dict(sim.first_step_by_family)
     return SeedResult(
         workload.name,
         seed,

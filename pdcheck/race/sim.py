@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pdcheck._vllm.records import LoadStart, ScheduledRequest, StepRecord
 from pdcheck._vllm.sim_scheduler import SimScheduler
 from pdcheck.errors import HarnessError
-from pdcheck.race.findings import Finding, Kind, Reproducer
+from pdcheck.race.findings import FAMILY, Finding, Kind, Reproducer
 from pdcheck.race.shadow import GARBLE, POISON, ZERO, ShadowMemory, prefix_tags, state_tag
 from pdcheck.race.workload import SimRequest, Workload, generate_requests
 
@@ -91,6 +91,8 @@ class RaceSim:
             collections.Counter()
         )  # every finding, kept or not
         self.num_propagated = 0
+        # family -> dispatch index of its first finding, over every finding (kept or not)
+        self.first_step_by_family: dict[str, int] = {}
         self._seen: set[tuple] = set()
         self.log: list[
             tuple[int, str, frozenset[str]]
@@ -610,6 +612,8 @@ class RaceSim:
         self._seen.add(key)
         self.num_findings += 1
         self.kind_counts[str(kind)] += 1
+        family = str(FAMILY[kind])
+        self.first_step_by_family[family] = min(self.first_step_by_family.get(family, step), step)
         self.num_propagated += propagated
         if len(self.findings) >= MAX_FINDINGS_KEPT:
             return

@@ -124,3 +124,16 @@ def test_align_variants_cannot_run_where_align_refuses_connector_loads(monkeypat
         assert unsupported_variant(get_variant(name)) == "align refuses"
     for name in ("hybrid-none", "attention", "attention-zeroing", "pp3"):
         assert unsupported_variant(get_variant(name)) is None
+
+
+def test_a_family_seen_after_the_kept_findings_still_counts():
+    """Only the first MAX_FINDINGS_KEPT findings keep reproducers, but every finding's family counts:
+    0.24/0.25's second block-reuse race shows up after hundreds of zeroing findings."""
+    from pdcheck.race.sim import MAX_FINDINGS_KEPT
+
+    sim = _sim(reports_failed_loads=True)
+    for i in range(MAX_FINDINGS_KEPT + 5):
+        sim._report(Kind.ZEROING_OF_LOAD_TARGET, 3 + i, (i + 1,), "r1", "zeroing", "d")
+    sim._report(Kind.CORRUPTION_MAMBA_STALE_WRITE, 90, (2,), "r2", "r3", "d")
+    assert len(sim.findings) == MAX_FINDINGS_KEPT
+    assert sim.first_step_by_family == {"ZEROING": 3, "BLOCK_REUSE": 90}
