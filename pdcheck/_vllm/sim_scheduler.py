@@ -249,6 +249,11 @@ class SimScheduler:
         return versions.reports_failed_loads()
 
     @property
+    def mamba_cache_mode(self) -> str:
+        """The Mamba cache mode the scheduler was built with (the variant's, never the release default)."""
+        return str(self._scheduler.cache_config.mamba_cache_mode)
+
+    @property
     def scheduler_class(self) -> str:
         return type(self._scheduler).__name__
 

@@ -28,7 +28,7 @@ def test_the_harness_names_the_mamba_mode_of_its_variant(adapter):
     from pdcheck._vllm.sim_scheduler import SimScheduler
 
     sched = SimScheduler(get_variant("hybrid-align").scheduler)
-    assert sched._scheduler.cache_config.mamba_cache_mode == "align"
+    assert sched.mamba_cache_mode == "align"
 
 
 def test_failed_loads_reported_only_by_invalid_blocks_are_clean(adapter, monkeypatch):
