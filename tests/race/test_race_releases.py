@@ -30,7 +30,14 @@ def _race(version: str, variants: list[str], tmp_path: Path, *, seeds: int = 1) 
     out = tmp_path / f"{version}.json"
     argv = [sys.executable, "-m", "pdcheck", "race", "--seeds", str(seeds), "--requests", "150"]
     argv += [arg for v in variants for arg in ("--variant", v)] + ["--json", str(out)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(overlay), deps, str(_REPO)])}
+    # A cache of its own: vLLM keys ~/.cache/vllm/modelinfos by module and class, so a release
+    # rewrites the installed build's entries and the next in-process vLLM re-inspects its models in
+    # a child process (which activates the plugin there too: a second activation marker).
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(overlay), deps, str(_REPO)]),
+        "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
+    }
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads(out.read_text())
