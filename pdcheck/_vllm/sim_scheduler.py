@@ -11,11 +11,10 @@ import json
 import tempfile
 from typing import Any
 
-from pdcheck._vllm import sim_connector
+from pdcheck._vllm import sim_connector, versions
 from pdcheck._vllm.capture import block_tables, capture_loads, describe_step, group_infos
 from pdcheck._vllm.internals import check_internals
 from pdcheck._vllm.records import LoadStart, StepRecord
-from pdcheck._vllm.versions import reports_failed_loads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +107,11 @@ def _vllm_config(spec: SchedulerSpec) -> Any:
         dtype="float32",
     )
     cache = CacheConfig(block_size=spec.block_size, enable_prefix_caching=spec.prefix_caching)
+    if spec.layout == "hybrid":
+        # Named, never left to the release's default: with prefix caching, vLLM before 0.28.0
+        # picks "all" for a model that supports it (Granite-4.0-H does), and the harness's
+        # state model is the one of the mode it names (docs/race-harness.md).
+        cache.mamba_cache_mode = spec.mamba_mode
     sched = SchedulerConfig(
         max_num_seqs=spec.max_num_seqs,
         max_num_batched_tokens=spec.max_num_batched_tokens,
@@ -239,6 +243,17 @@ class SimScheduler:
         return bool(getattr(self._scheduler, "defer_block_free", False))
 
     @property
+    def reports_failed_loads(self) -> bool:
+        """Whether a whole failed load can be reported as such (`failed_recving`); before it only
+        its invalid blocks say so, which vLLM handles for a single KV cache group only."""
+        return versions.reports_failed_loads()
+
+    @property
+    def mamba_cache_mode(self) -> str:
+        """The Mamba cache mode the scheduler was built with (the variant's, never the release default)."""
+        return str(self._scheduler.cache_config.mamba_cache_mode)
+
+    @property
     def scheduler_class(self) -> str:
         return type(self._scheduler).__name__
 
@@ -281,7 +296,7 @@ class SimScheduler:
         kv_output = None
         if finished_recving or failed_recving or invalid_block_ids:
             # Before `failed_recving` (0.30.0) a failed load was known only by its invalid blocks.
-            failed = {"failed_recving": failed_recving} if reports_failed_loads() else {}
+            failed = {"failed_recving": failed_recving} if self.reports_failed_loads else {}
             kv_output = self._KVConnectorOutput(
                 finished_recving=finished_recving | failed_recving,
                 invalid_block_ids=invalid_block_ids,

@@ -154,3 +154,54 @@ def reports_failed_loads() -> bool:
 def block_copies(scheduler_output: Any) -> tuple[Any, ...]:
     """The step's copy-on-write block copies; releases before 0.26.0 have none."""
     return tuple(getattr(scheduler_output, "kv_cache_block_copies", None) or ())
+
+
+# Release behaviour the race harness's model depends on, named once here and consumed by
+# `pdcheck.race` (never by comparing version strings elsewhere).
+FAILED_RECVING_FIRST_RELEASE = "0.30.0"
+# The first release whose default Mamba cache mode with prefix caching is "align"; before it a
+# model that supports Mamba prefix caching (Granite-4.0-H does) gets "all"
+# (`MambaModelConfig.verify_and_update_config`). The harness always names its mode.
+ALIGN_DEFAULT_FIRST_RELEASE = "0.28.0"
+
+
+def hybrid_load_failure_unsupported() -> str | None:
+    """Why a hybrid model's failed load cannot be reported in the installed vLLM, or None.
+
+    Before `KVConnectorOutput.failed_recving` (0.30.0) a failed load is reported only through
+    `invalid_block_ids`, and `Scheduler._update_requests_with_invalid_blocks` unpacks exactly one
+    KV cache group (`(req_block_ids,) = ...get_block_ids(req_id)`), so a hybrid model's failed
+    load stops the scheduler with a ValueError instead of being handled.
+    """
+    if reports_failed_loads():
+        return None
+    return (
+        "a hybrid model's failed KV load cannot be reported before vLLM "
+        f"{FAILED_RECVING_FIRST_RELEASE} (no KVConnectorOutput.failed_recving; invalid_block_ids "
+        "handles one KV cache group only)"
+    )
+
+
+@functools.cache
+def mamba_align_connector_unsupported() -> str | None:
+    """Why the installed vLLM cannot load KV through a connector into a Mamba "align" cache, or None.
+
+    vLLM 0.22.0's `Scheduler._mamba_block_aligned_split` asserts
+    `num_external_computed_tokens == 0` ("External KV connector is not verified yet"): a PD
+    consumer of a hybrid model in align mode stops at its first load. Detected by that form.
+    """
+    import inspect
+
+    from pdcheck._vllm.patches import scheduler_cls
+
+    split = getattr(scheduler_cls(), "_mamba_block_aligned_split", None)
+    try:
+        source = inspect.getsource(split) if split is not None else ""
+    except (OSError, TypeError):
+        return None
+    if "External KV connector is not verified" in source:
+        return (
+            "this vLLM's Mamba align mode refuses KV connector loads "
+            "(Scheduler._mamba_block_aligned_split asserts num_external_computed_tokens == 0)"
+        )
+    return None

@@ -107,9 +107,14 @@ def verdict_from_run(
 
 
 def overlay_env(overlay: Overlay, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a release runs in: its overlay first on the path, and a vLLM cache of its
+    own. vLLM keys `<cache>/modelinfos` by module and class only, so a release would rewrite the
+    installed build's entries, and the next process of that build would inspect its models again
+    in a child (which activates pdcheck's plugin there too: a second activation marker)."""
     env = dict(os.environ if base is None else base)
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(overlay.root) + (os.pathsep + old if old else "")
+    env["VLLM_CACHE_ROOT"] = str(overlay.root / "vllm-cache")
     return env
 
 

@@ -209,6 +209,9 @@ def race(
     for col in ("variant", "seeds with findings", "by family", "median first step", "steps/s"):
         table.add_column(col)
     for v in summary.variants:
+        if v.unsupported:
+            table.add_row(v.variant, "cannot run", "-", "-", "-")
+            continue
         table.add_row(
             v.variant,
             f"{v.seeds_with_findings}/{v.seeds}",
@@ -226,6 +229,8 @@ def race(
             f"vLLM lacks the {', '.join(summary.fixes_absent)} fix: its switch is a no-op here."
         )
     for v in summary.variants:
+        if v.unsupported:
+            console.print(f"{v.variant} cannot run on vLLM {summary.vllm_version}: {v.unsupported}")
         if v.examples:
             kinds = ", ".join(f"{k} {n}" for k, n in v.findings_by_kind.items())
             console.print(

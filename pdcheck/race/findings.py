@@ -36,6 +36,9 @@ class Kind(enum.StrEnum):
     STALE_BYTES_VISIBLE = "STALE_BYTES_VISIBLE"
     CORRUPTION_MAMBA_WRONG_OWN_STATE = "CORRUPTION_MAMBA_WRONG_OWN_STATE"
     MAMBA_READ_NULL_BLOCK = "MAMBA_READ_NULL_BLOCK"
+    # A live request reads KV that nobody computed for it: a zeroed slot that no load filled
+    # (the scheduler counted tokens as computed that no group holds; vLLM 0.26.0's per-group hit).
+    READ_UNCOMPUTED_KV = "READ_UNCOMPUTED_KV"
     CORRUPTION_KV_MISMATCH = "CORRUPTION_KV_MISMATCH"
 
 
@@ -53,6 +56,7 @@ FAMILY: dict[Kind, Family] = {
     Kind.STALE_BYTES_VISIBLE: Family.ZEROING,
     Kind.CORRUPTION_MAMBA_WRONG_OWN_STATE: Family.OTHER,
     Kind.MAMBA_READ_NULL_BLOCK: Family.OTHER,
+    Kind.READ_UNCOMPUTED_KV: Family.OTHER,
     Kind.CORRUPTION_KV_MISMATCH: Family.OTHER,
 }
 HAZARD_KINDS = frozenset(

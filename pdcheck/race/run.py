@@ -54,6 +54,8 @@ class VariantResult:
     steps: int
     sim_s: float
     examples: tuple[Finding, ...]
+    # Why this vLLM cannot run the variant (then seeds == 0), or None.
+    unsupported: str | None = None
 
     @property
     def steps_per_s(self) -> float:
@@ -77,6 +79,7 @@ class VariantResult:
             "sim_s": round(self.sim_s, 4),
             "steps_per_s": round(self.steps_per_s, 1),
             "examples": [f.to_dict() for f in self.examples],
+            "unsupported": self.unsupported,
         }
 
     @classmethod
@@ -92,6 +95,7 @@ class VariantResult:
             steps=data["steps"],
             sim_s=data["sim_s"],
             examples=tuple(Finding.from_dict(f) for f in data["examples"]),
+            unsupported=data.get("unsupported"),
         )
 
 
@@ -169,9 +173,9 @@ def run_seed(workload: Workload, seed: int, *, replay_options: str = "") -> Seed
     t0 = time.perf_counter()
     findings = sim.run()
     sim_s = time.perf_counter() - t0
-    first: dict[str, int] = {}
-    for f in findings:
-        first[str(f.family)] = min(first.get(str(f.family), f.step), f.step)
+    # Every finding's family, not only the kept ones': a family first seen after the first
+    # MAX_FINDINGS_KEPT findings still counts for its seed.
+    first = dict(sim.first_step_by_family)
     return SeedResult(
         workload.name,
         seed,
@@ -183,6 +187,24 @@ def run_seed(workload: Workload, seed: int, *, replay_options: str = "") -> Seed
         first,
         tuple(findings),
     )
+
+
+def unsupported_variant(workload: Workload) -> str | None:
+    """Why the installed vLLM cannot run ``workload`` faithfully, or None (pdcheck._vllm.versions)."""
+    from pdcheck._vllm import versions
+
+    spec = workload.scheduler
+    if spec.layout != "hybrid":
+        return None
+    if spec.mamba_mode == "align" and (reason := versions.mamba_align_connector_unsupported()):
+        return reason
+    if workload.load_failure_rate > 0:
+        return versions.hybrid_load_failure_unsupported()
+    return None
+
+
+def _unsupported_result(name: str, reason: str) -> VariantResult:
+    return VariantResult(name, 0, 0, {}, {}, {}, 0, 0, 0.0, (), unsupported=reason)
 
 
 def summarize_variant(name: str, results: list[SeedResult]) -> VariantResult:
@@ -256,6 +278,11 @@ def run_race(
                 + ([f"--mutation {mutation}"] if mutation else [])
             )
             for workload in workloads:
+                reason = unsupported_variant(workload)
+                if reason is not None:
+                    logger.warning("race variant %s cannot run: %s", workload.name, reason)
+                    results.append(_unsupported_result(workload.name, reason))
+                    continue
                 per_seed = []
                 for seed in range(seed_start, seed_start + seeds):
                     result = run_seed(workload, seed, replay_options=options)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pdcheck._vllm.records import LoadStart, ScheduledRequest, StepRecord
 from pdcheck._vllm.sim_scheduler import SimScheduler
 from pdcheck.errors import HarnessError
-from pdcheck.race.findings import Finding, Kind, Reproducer
+from pdcheck.race.findings import FAMILY, Finding, Kind, Reproducer
 from pdcheck.race.shadow import GARBLE, POISON, ZERO, ShadowMemory, prefix_tags, state_tag
 from pdcheck.race.workload import SimRequest, Workload, generate_requests
 
@@ -91,6 +91,8 @@ class RaceSim:
             collections.Counter()
         )  # every finding, kept or not
         self.num_propagated = 0
+        # family -> dispatch index of its first finding, over every finding (kept or not)
+        self.first_step_by_family: dict[str, int] = {}
         self._seen: set[tuple] = set()
         self.log: list[
             tuple[int, str, frozenset[str]]
@@ -104,6 +106,8 @@ class RaceSim:
         ] = {}  # (request, block) -> dispatch index that gave it
         self._exec_of_dispatch: dict[int, int] = {}  # dispatch index -> execution index
         self._landed_exec: dict[str, int] = {}  # loader -> execution index its load landed at
+        # block -> (dispatch index that started the last load written into it, execution index it landed at)
+        self._block_loaded: dict[int, tuple[int, int]] = {}
         self._preempted_at: dict[str, int] = {}  # request -> dispatch index of its last preemption
         self._poison_kind: dict[
             str, Kind
@@ -253,6 +257,7 @@ class RaceSim:
             table = load.block_ids[g]
             for j in range(first, min(limit, last)):
                 block = table[j]
+                self._block_loaded[block] = (pending.step, self.executed)
                 for s in range(bs):
                     p = j * bs + s
                     self.memory.write_slot(block, s, tags[p] if p < load.end else ZERO, writer)
@@ -300,9 +305,13 @@ class RaceSim:
             del self.loads[rid]
             if pending.valid_blocks is None:
                 ok.add(rid)
-            elif self.mamba_groups or (pending.valid_blocks == 0 and self.rng.random() < 0.5):
+            elif (
+                self.mamba_groups or (pending.valid_blocks == 0 and self.rng.random() < 0.5)
+            ) and self.sched.reports_failed_loads:
                 failed.add(rid)
             else:
+                # Block-level: the invalid blocks from the first one the load left unwritten.
+                # Before `failed_recving` this is also how a whole failure is reported.
                 load = pending.load
                 first = load.start // self.bs + pending.valid_blocks
                 table = load.block_ids[self.attn_groups[0]]
@@ -518,11 +527,16 @@ class RaceSim:
 
     def _kv_mismatch(self, rid: str, block: int, slot: int, pos: int, step: int) -> None:
         actual = self.memory.slots[block][slot]
-        kind_w, writer, wstep, _ = self.memory.slot_writers[block][slot]
+        kind_w, writer, wstep, wexec = self.memory.slot_writers[block][slot]
         if actual == ZERO and kind_w == "zero":
-            kind = (
-                Kind.CORRUPTION_ZEROED_AFTER_LOAD
-            )  # zeroing landed after the content it should precede
+            loaded = self._block_loaded.get(block)
+            if loaded is not None and loaded[0] >= wstep and loaded[1] <= wexec:
+                # zeroing landed after the load it should precede (both from the step that gave
+                # the block out: an older load was a previous owner's)
+                kind = Kind.CORRUPTION_ZEROED_AFTER_LOAD
+            else:
+                # no load wrote the block before this zeroing: the tokens were never computed
+                kind = Kind.READ_UNCOMPUTED_KV
         elif actual == GARBLE and kind_w == "state" and writer != rid:
             kind = Kind.CORRUPTION_STALE_MAMBA_WRITE
         elif kind_w == "kv" and (writer != rid or self._stale_self_write(rid, wstep)):
@@ -598,6 +612,8 @@ class RaceSim:
         self._seen.add(key)
         self.num_findings += 1
         self.kind_counts[str(kind)] += 1
+        family = str(FAMILY[kind])
+        self.first_step_by_family[family] = min(self.first_step_by_family.get(family, step), step)
         self.num_propagated += propagated
         if len(self.findings) >= MAX_FINDINGS_KEPT:
             return

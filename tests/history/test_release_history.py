@@ -92,3 +92,28 @@ def test_doctor_names_a_releases_fixes_by_form(capsys):
         "block-reuse": {"state": "present", "form": "deferred-free"},
         "zeroing": {"state": "absent", "form": None},
     }
+
+
+def test_0_29_is_clean_with_failed_loads_reported_by_invalid_blocks(tmp_path, capsys):
+    """0.29.0 has both fixes and no `failed_recving`: load failures reported as invalid blocks,
+    the only way it learns of them, are clean (reported as finished they gave BLOCK_REUSE), and
+    the hybrid one, whose invalid-block path handles one KV group only, says it cannot run."""
+    variants = ["attention-zeroing", "load-failures", "hybrid-load-failures"]
+    code, summary = _race(
+        tmp_path, capsys, "0.29.0", *(a for v in variants for a in ("--variant", v))
+    )
+    results = {v["variant"]: v for v in summary["variants"]}
+    assert results["hybrid-load-failures"]["unsupported"]
+    assert {n: v["findings_by_kind"] for n, v in results.items() if v["seeds_with_findings"]} == {}
+    assert code == 0
+
+
+def test_0_26_hybrid_findings_are_its_per_group_prefix_hit_only(tmp_path, capsys):
+    """0.26.0 (both race fixes) takes max(per-group hits) as the local prefix of a hybrid with a
+    connector (Scheduler.schedule; 0.27.0 fixed it with get_computed_blocks_for_connector):
+    requests start from state and KV nobody computed. Only those kinds, family OTHER, are found."""
+    code, summary = _race(tmp_path, capsys, "0.26.0", "--variant", "hybrid-align")
+    (hybrid,) = summary["variants"]
+    assert code == 1
+    assert set(hybrid["findings_by_kind"]) <= {"MAMBA_READ_NULL_BLOCK", "READ_UNCOMPUTED_KV"}
+    assert set(hybrid["seeds_by_family"]) == {"OTHER"}
