@@ -4,7 +4,7 @@
 The expectation is computed from the release's own fix status (read by the harness from its
 code), never from a list of version numbers: a release without the deferred free has block
 reuse on the attention model; one without the zeroing skip has the zeroing race on the hybrid
-model without prefix caching; one with both is clean on both, and on the default variants.
+model without prefix caching; one with both has neither race on any of the three variants.
 
 `PDCHECK_HISTORY_RELEASES` picks the releases (`all`: every release pip sees from the oldest
 supported one on), `PDCHECK_HISTORY_SEEDS` the seeds per variant (`make history`: 20).
@@ -63,4 +63,7 @@ def test_a_release_has_exactly_the_races_its_missing_fixes_allow(release, tmp_pa
     else:
         assert "ZEROING" in found["hybrid-none"], found
     if all(present.values()):
-        assert code == 0, found
+        # The one finding a release with both fixes may have is 0.24-0.26's per-group prefix hit
+        # on the aligned hybrid (family OTHER; test_release_history shows it is that defect).
+        assert set().union(*found.values()) <= {"OTHER"}, found
+        assert not found["attention"] and not found["hybrid-none"], found
