@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from pydantic import ValidationError
@@ -215,13 +215,19 @@ class _Levels(msgspec.Struct):
     concurrency: tuple[int, ...] = ()
 
 
+class _FixFacts(msgspec.Struct):
+    state: Literal["present", "absent", "unknown"]
+    form: str | None = None
+
+
 class _VllmFacts(msgspec.Struct):
     vllm_version: str | None = None
     vllm_dist: str | None = None
     vllm_commit: str | None = None
     nixl_version: str | None = None
     torch_version: str | None = None
-    fixes: dict[str, bool | None] | None = None
+    # `FixStatus.to_dict()` (pdcheck.contracts.fixes); runs written before fix forms hold bools.
+    fixes: dict[str, _FixFacts | bool | None] | None = None
 
 
 class _Device(msgspec.Struct):

@@ -63,14 +63,22 @@ _ABSENT = {
     "block-reuse": {"state": "absent", "form": None},
     "zeroing": {"state": "absent", "form": None},
 }
+# A release after both fixes landed whose names match no form pdcheck knows (a rework): unknown,
+# never absent, so that a switch is refused rather than a silent no-op.
+_UNKNOWN = {
+    "block-reuse": {"state": "unknown", "form": None},
+    "zeroing": {"state": "unknown", "form": None},
+}
 
 
-def _fake_release(root: Path, commit_line: str, sources: dict[str, str] = _HAS_FIXES) -> Path:
+def _fake_release(
+    root: Path, commit_line: str, sources: dict[str, str] = _HAS_FIXES, version: str = "0.32.0"
+) -> Path:
     files = {
-        "vllm/__init__.py": "__version__ = '0.32.0'\n",
-        "vllm/_version.py": f"__version__ = version = '0.32.0'\n{commit_line}\n",
+        "vllm/__init__.py": f"__version__ = '{version}'\n",
+        "vllm/_version.py": f"__version__ = version = '{version}'\n{commit_line}\n",
         **sources,
-        "vllm-0.32.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n",
+        f"vllm-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n",
     }
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -109,18 +117,24 @@ def _plugin_answer() -> dict[str, dict]:
 
 
 @pytest.mark.parametrize(
-    ("sources", "fixes"),
-    [(_HAS_FIXES, _NEWEST), (_OLDER_FORMS, _OLDER), (_MENTIONS_ONLY, _ABSENT)],
-    ids=["has", "older-forms", "mentions"],
+    ("sources", "version", "fixes"),
+    [
+        (_HAS_FIXES, "0.32.0", _NEWEST),
+        (_OLDER_FORMS, "0.31.0", _OLDER),
+        (_MENTIONS_ONLY, "0.23.0", _ABSENT),
+        (_MENTIONS_ONLY, "0.40.0", _UNKNOWN),
+    ],
+    ids=["has", "older-forms", "mentions", "unknown-form"],
 )
 def test_doctor_and_the_fix_switches_agree_on_which_fixes_are_present(
-    tmp_path, monkeypatch, sources, fixes
+    tmp_path, monkeypatch, sources, version, fixes
 ):
     """Doctor's fixes are what the fix switches resolve in that vLLM: a release whose source only
     mentions a fix's marker words, without its methods, has the fix absent in both; 0.26-0.31's
     older zeroing fix is present, in its own form."""
     monkeypatch.setenv("PDCHECK_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("PYTHONPATH", str(_fake_release(tmp_path, "commit_id = None", sources)))
+    release = _fake_release(tmp_path, "commit_id = None", sources, version)
+    monkeypatch.setenv("PYTHONPATH", str(release))
     env = probe_vllm(sys.executable, fixes=True)
     assert env.fixes == _plugin_answer() == fixes
     assert not env.fixes_cached
@@ -131,7 +145,7 @@ def test_fixes_are_probed_once_per_source_state_of_vllm(tmp_path, monkeypatch):
     same install again reads the cache, and an edit that adds the fixes to a release that
     lacked them (as a checkout of a newer commit does) is probed again, never answered stale."""
     monkeypatch.setenv("PDCHECK_CACHE_DIR", str(tmp_path / "cache"))
-    release = _fake_release(tmp_path / "vllm-install", "commit_id = None", _MENTIONS_ONLY)
+    release = _fake_release(tmp_path / "vllm-install", "commit_id = None", _MENTIONS_ONLY, "0.23.0")
     monkeypatch.setenv("PYTHONPATH", str(release))
     first = probe_vllm(sys.executable, fixes=True)
     again = probe_vllm(sys.executable, fixes=True)
