@@ -35,7 +35,7 @@ def _cdiv(a: int, b: int) -> int:
 
 
 @dataclasses.dataclass
-class _PendingLoad:
+class PendingLoad:
     load: LoadStart
     step: int  # dispatch index of the step that started it
     land_at: int  # execution index before which it lands
@@ -76,7 +76,7 @@ class RaceSim:
         self.requests: dict[str, SimRequest] = {}
         self.tags: dict[str, list[int]] = {}
         self.queue: collections.deque[_InFlight] = collections.deque()
-        self.loads: dict[str, _PendingLoad] = {}
+        self.loads: dict[str, PendingLoad] = {}
         self.load_blocks: dict[str, set[int]] = {}  # loader -> blocks its load writes
         self.own_blocks: dict[str, set[int]] = collections.defaultdict(set)
         self.verified: dict[tuple[str, int], dict[int, tuple[int, int]]] = collections.defaultdict(
@@ -243,7 +243,7 @@ class RaceSim:
             ):
                 self.land_load(pending)
 
-    def land_load(self, pending: _PendingLoad) -> None:
+    def land_load(self, pending: PendingLoad) -> None:
         """The RDMA write of a load: whole attention blocks (tail slots zero, as the prefiller's were) and the state."""
         load = pending.load
         pending.landed = True
@@ -280,7 +280,7 @@ class RaceSim:
             whole = self.mamba_groups or self.rng.random() < 0.5
             valid = 0 if whole else self.rng.randrange(num_blocks)
         after_zeroing = len(self.queue) == 1 and land_at == own_exec
-        self.loads[load.request_id] = _PendingLoad(
+        self.loads[load.request_id] = PendingLoad(
             load, step, land_at, report_at, valid, after_zeroing
         )
         targets: set[int] = set()

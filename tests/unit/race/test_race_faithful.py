@@ -10,7 +10,7 @@ from pdcheck._vllm.records import GroupInfo, LoadStart
 from pdcheck.race import run as race_run
 from pdcheck.race.findings import Family, Finding, Kind
 from pdcheck.race.run import VariantResult, unsupported_variant
-from pdcheck.race.sim import RaceSim, _PendingLoad
+from pdcheck.race.sim import PendingLoad, RaceSim
 from pdcheck.race.workload import get_variant
 
 
@@ -42,7 +42,7 @@ def _whole_failure(sim: RaceSim) -> None:
     rid = next(iter(sim.pending_requests)).request_id
     sim.tags[rid] = list(range(1, 200))
     load = LoadStart(rid, ((7, 8, 9),), 16, 40)
-    sim.loads[rid] = _PendingLoad(load, 1, 1, 0, valid_blocks=0)
+    sim.loads[rid] = PendingLoad(load, 1, 1, 0, valid_blocks=0)
 
 
 def test_a_whole_failed_load_is_reported_as_failed_where_the_release_can():
