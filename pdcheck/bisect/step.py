@@ -168,6 +168,9 @@ def run_step(cfg: BisectConfig) -> StepResult:
             env["PYTHONPATH"] = str(overlay) + (
                 os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
             )
+            # A vLLM cache of the commit's own: vLLM keys `modelinfos` by module and class, so
+            # the commit would rewrite the installed build's entries (see release_run.overlay_env).
+            env["VLLM_CACHE_ROOT"] = str(overlay / "vllm-cache")
         except (RuntimeError, OSError) as exc:
             skip_reason = f"could not lay the commit over the installed vLLM: {exc}"
     elif cfg.install in ("pip", "custom"):
