@@ -6,6 +6,7 @@ harness a judge function.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import zipfile
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from pdcheck.bisect.imports import explain_failure, last_error_line, missing_modules
 from pdcheck.bisect.overlay import (
     InstalledVllm,
+    Overlay,
     build_release_overlay,
     fetch_wheel,
     install_missing_requirements,
@@ -28,6 +30,7 @@ from pdcheck.bisect.release_run import (
     UNTESTABLE,
     ReleaseVerdict,
     fixes_from_summary,
+    overlay_env,
     verdict_from_run,
 )
 from pdcheck.bisect.release_search import expected_steps, render_markdown, search_releases
@@ -388,3 +391,13 @@ def test_an_import_error_wrapped_by_the_harness_is_still_named():
     assert explain_failure(text, lambda m: {}) == (
         "does not import: SyntaxError: invalid syntax (scheduler.py, line 9)"
     )
+
+
+def test_a_release_runs_with_its_overlay_first_and_a_vllm_cache_of_its_own(tmp_path):
+    """vLLM keys its model-info cache by module and class: a release sharing the installed
+    build's cache rewrote its entries, and the installed build's next engine core re-inspected
+    its model in a child that activated pdcheck's plugin a second time."""
+    overlay = Overlay(tmp_path / "0.25.0--on-0.32.0", "0.25.0", "0.32.0", 0)
+    env = overlay_env(overlay, {"PYTHONPATH": "/repo", "VLLM_CACHE_ROOT": "/home/u/.cache/vllm"})
+    assert env["PYTHONPATH"] == os.pathsep.join([str(overlay.root), "/repo"])
+    assert env["VLLM_CACHE_ROOT"] == str(overlay.root / "vllm-cache")
