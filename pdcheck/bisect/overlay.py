@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,6 +50,19 @@ class Overlay:
     release: str
     installed_version: str
     linked_files: int
+
+
+def overlay_env(root: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a release or commit runs in: its overlay `root` first on the path, and a
+    vLLM cache of its own. vLLM keys `<cache>/modelinfos` by module and class only, so another
+    source would rewrite the installed build's entries, and the next process of that build would
+    inspect its models again in a child (which activates pdcheck's plugin there too: a second
+    activation marker)."""
+    env = dict(os.environ if base is None else base)
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(root) + (os.pathsep + old if old else "")
+    env["VLLM_CACHE_ROOT"] = str(root / "vllm-cache")
+    return env
 
 
 def _shadowed(rel: Path, source_pkg: Path) -> bool:

@@ -8,7 +8,6 @@ families and the fix forms are read from it, never recomputed here.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from pdcheck.bisect.overlay import (
     Overlay,
     build_release_overlay,
     fetch_wheel,
+    overlay_env,
 )
 from pdcheck.contracts.fixes import statuses_from_record
 
@@ -106,18 +106,6 @@ def verdict_from_run(
     return ReleaseVerdict(release, UNTESTABLE, exit_code, reason=reason, seconds=seconds)
 
 
-def overlay_env(overlay: Overlay, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a release runs in: its overlay first on the path, and a vLLM cache of its
-    own. vLLM keys `<cache>/modelinfos` by module and class only, so a release would rewrite the
-    installed build's entries, and the next process of that build would inspect its models again
-    in a child (which activates pdcheck's plugin there too: a second activation marker)."""
-    env = dict(os.environ if base is None else base)
-    old = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(overlay.root) + (os.pathsep + old if old else "")
-    env["VLLM_CACHE_ROOT"] = str(overlay.root / "vllm-cache")
-    return env
-
-
 def prepare_release(
     release: str, installed: InstalledVllm, cache: ReleaseCache, *, python: str
 ) -> Overlay:
@@ -140,7 +128,7 @@ def run_release_race(
 
     `stdout` is where the child's own report goes (None: this process's stdout).
     """
-    env = overlay_env(overlay)
+    env = overlay_env(overlay.root)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.unlink(missing_ok=True)
     argv = [python, "-m", "pdcheck", "race", *race_args, "--json", str(json_path)]

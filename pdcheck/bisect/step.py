@@ -21,7 +21,7 @@ from pathlib import Path
 from pdcheck.bisect import git as g
 from pdcheck.bisect.config import BisectConfig
 from pdcheck.bisect.imports import Prober, explain_failure, is_import_failure, subprocess_prober
-from pdcheck.bisect.overlay import link_installed_files
+from pdcheck.bisect.overlay import link_installed_files, overlay_env
 from pdcheck.contracts.vllm_names import COMPILED_OPS_ERRORS
 from pdcheck.errors import ExitCode
 
@@ -165,12 +165,7 @@ def run_step(cfg: BisectConfig) -> StepResult:
             overlay = build_overlay(
                 worktree, sha, Path(str(cfg.installed_vllm_path)), out / "overlays"
             )
-            env["PYTHONPATH"] = str(overlay) + (
-                os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-            )
-            # A vLLM cache of the commit's own: vLLM keys `modelinfos` by module and class, so
-            # the commit would rewrite the installed build's entries (see release_run.overlay_env).
-            env["VLLM_CACHE_ROOT"] = str(overlay / "vllm-cache")
+            env = overlay_env(overlay, env)
         except (RuntimeError, OSError) as exc:
             skip_reason = f"could not lay the commit over the installed vLLM: {exc}"
     elif cfg.install in ("pip", "custom"):

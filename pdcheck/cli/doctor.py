@@ -60,10 +60,10 @@ def doctor(
         return
     probe_env = None
     if vllm_release:
-        from pdcheck.bisect.release_run import overlay_env
+        from pdcheck.bisect.overlay import overlay_env
         from pdcheck.cli._release import release_overlay
 
-        probe_env = overlay_env(release_overlay(vllm_release)[2])
+        probe_env = overlay_env(release_overlay(vllm_release)[2].root)
     env = collect_environment(python, probe_env)
     if as_json:
         click.echo(json.dumps(env, indent=2))

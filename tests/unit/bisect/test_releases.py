@@ -22,6 +22,7 @@ from pdcheck.bisect.overlay import (
     install_missing_requirements,
     link_installed_files,
     missing_requirements,
+    overlay_env,
     read_manifest,
 )
 from pdcheck.bisect.release_run import (
@@ -30,7 +31,6 @@ from pdcheck.bisect.release_run import (
     UNTESTABLE,
     ReleaseVerdict,
     fixes_from_summary,
-    overlay_env,
     verdict_from_run,
 )
 from pdcheck.bisect.release_search import expected_steps, render_markdown, search_releases
@@ -398,6 +398,8 @@ def test_a_release_runs_with_its_overlay_first_and_a_vllm_cache_of_its_own(tmp_p
     build's cache rewrote its entries, and the installed build's next engine core re-inspected
     its model in a child that activated pdcheck's plugin a second time."""
     overlay = Overlay(tmp_path / "0.25.0--on-0.32.0", "0.25.0", "0.32.0", 0)
-    env = overlay_env(overlay, {"PYTHONPATH": "/repo", "VLLM_CACHE_ROOT": "/home/u/.cache/vllm"})
+    env = overlay_env(
+        overlay.root, {"PYTHONPATH": "/repo", "VLLM_CACHE_ROOT": "/home/u/.cache/vllm"}
+    )
     assert env["PYTHONPATH"] == os.pathsep.join([str(overlay.root), "/repo"])
     assert env["VLLM_CACHE_ROOT"] == str(overlay.root / "vllm-cache")
