@@ -43,7 +43,8 @@ Every route, first match wins (α: the run's alpha; F: the family's size):
     sweep sets `analysis.allow_no_drop_shown: false`.
 
 A bit-exact level that is not a REGRESSION says so in its reason; a non-flagged verdict says
-when the SUSPECT test did not run.
+when the SUSPECT test did not run. Each verdict records its route's `Basis`; an early stop ends a
+cell's higher levels only on a flag of route 2 (`CellVerdict.stops_higher_levels`).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from pdcheck.errors import ExitCode
 _Key = TypeVar("_Key", bound=str)
 
 __all__ = [
+    "Basis",
     "CanaryStatus",
     "Carried",
     "CellVerdict",
@@ -117,6 +119,18 @@ class Verdict(enum.StrEnum):
         return ExitCode.OK
 
 
+class Basis(enum.StrEnum):
+    """What a verdict rests on (its route in the module docstring)."""
+
+    ACCURACY = "accuracy"  # the paired test: routes 2 and 8-12
+    KV_DIGESTS = "kv-digests"  # route 3
+    TRANSFER = "transfer-evidence"  # routes 4 and 7
+    BIT_EXACT = "bit-exact"  # route 5
+    DIVERGENCE = "divergence"  # route 6
+    INFRA = "infra"  # route 1
+    CARRIED = "carried"  # route 0
+
+
 @dataclass(frozen=True)
 class CellVerdict:
     """One cell's verdict at one concurrency, with a one-line reason and the numbers behind it.
@@ -153,6 +167,18 @@ class CellVerdict:
     design: Design | None = None  # the test's looks and levels
     # Holm-adjusted over the run's hypotheses; None when SUSPECT was not judged.
     suspect_adjusted_p_value: float | None = None
+    basis: Basis = Basis.ACCURACY
+
+    @property
+    def stops_higher_levels(self) -> bool:
+        """Whether an early stop may end the cell here: only on a flag from the paired test.
+
+        Early stop saves the levels after a drop is already measured. A flag from the bytes or
+        the bookkeeping (digests, transfer evidence, exactness, divergences) says the KV went
+        wrong but not what it cost, and the race behind it bites hardest at higher concurrency
+        (released blocks are reused only when other requests are in flight), so those levels run.
+        """
+        return self.verdict.flagged and self.basis is Basis.ACCURACY
 
 
 @dataclass(frozen=True)
@@ -303,21 +329,21 @@ def look_verdict(outcome: LookOutcome, *, equivalence: bool) -> Verdict | None:
     return None
 
 
-def _kv_routes(e: LevelEvidence) -> tuple[Verdict, str] | None:
+def _kv_routes(e: LevelEvidence) -> tuple[Verdict, str, Basis] | None:
     """Routes 3-5: REGRESSION from the bytes, the transfer bookkeeping, or bit-exactness."""
     if not e.injecting:
         for summary in e.digests:
             reason = digest_regression_reason(summary)
             if reason is not None:
-                return Verdict.REGRESSION, f"KV digests: {reason}"
+                return Verdict.REGRESSION, f"KV digests: {reason}", Basis.KV_DIGESTS
     for found in e.transfers:
         reason = found.regression_reason()
         if reason is not None:
-            return Verdict.REGRESSION, f"transfer evidence: {reason}"
+            return Verdict.REGRESSION, f"transfer evidence: {reason}", Basis.TRANSFER
     if _exact_judged(e):
         reason = exact_regression_reason(e.exact)
         if reason is not None:
-            return Verdict.REGRESSION, reason
+            return Verdict.REGRESSION, reason, Basis.BIT_EXACT
     return None
 
 
@@ -361,9 +387,12 @@ def decide(
             e.carried.verdict,
             f"carried from c{e.carried.from_level} (early stop: c{e.carried.from_level} was "
             f"{e.carried.verdict}; this level did not run)",
+            basis=Basis.CARRIED,
         )
     if e.comparison is None:
-        return CellVerdict(Verdict.INFRA_ERROR, e.infra_error or "no comparison was made")
+        return CellVerdict(
+            Verdict.INFRA_ERROR, e.infra_error or "no comparison was made", basis=Basis.INFRA
+        )
     return _decide_compared(e, e.comparison, policy)
 
 
@@ -399,7 +428,9 @@ def _decide_compared(e: LevelEvidence, c: PairedComparison, policy: AnalysisPoli
     if _exact_judged(e) and e.exact is not None:
         exact_note = f"bit-exact: {e.exact.n_identical}/{e.exact.n_pairs} greedy outputs identical"
 
-    def verdict(v: Verdict, reason: str, *, statistical: bool = True) -> CellVerdict:
+    def verdict(
+        v: Verdict, reason: str, basis: Basis = Basis.ACCURACY, *, statistical: bool = True
+    ) -> CellVerdict:
         if statistical and off is not None and not v.flagged and v is not Verdict.INFRA_ERROR:
             reason = f"{reason}; {off}"
         if exact_note is not None and v is not Verdict.REGRESSION and v is not Verdict.INFRA_ERROR:
@@ -431,12 +462,13 @@ def _decide_compared(e: LevelEvidence, c: PairedComparison, policy: AnalysisPoli
             worst_case_within_margin=d.member.worst_case_within_margin,
             design=design,
             suspect_adjusted_p_value=d.family.suspect_adjusted_p,
+            basis=basis,
         )
 
     # Route 1.
     infra = _infra_reason(c, e.infra_error, e.kv_transferred_tokens, policy.max_error_rate)
     if infra is not None:
-        return verdict(Verdict.INFRA_ERROR, infra)
+        return verdict(Verdict.INFRA_ERROR, infra, Basis.INFRA)
     level = interval_confidence(design.equivalence_alpha)
     delta = (
         f"Δ {delta_pts:+.2f} pts, ≥{100 * level:g}% CI [{100 * lo:+.2f}, {100 * hi:+.2f}]; "
@@ -467,11 +499,12 @@ def _decide_compared(e: LevelEvidence, c: PairedComparison, policy: AnalysisPoli
             f"in the {ct.source} (Fisher p={p_suspect:.2g} raw, {d.family.suspect_adjusted_p:.2g} "
             f"adjusted ≤ {policy.alpha:g}, tie threshold {c.agreement.tie_epsilon_nats:.3g} nats "
             f"from the {ct.source}'s jitter); {delta}",
+            Basis.DIVERGENCE,
         )
     # Route 7.
     suspect = _transfer_suspect(e)
     if suspect is not None:
-        return verdict(Verdict.SUSPECT, suspect, statistical=False)
+        return verdict(Verdict.SUSPECT, suspect, Basis.TRANSFER, statistical=False)
     # Route 8.
     if d.family.error_sensitive:
         return verdict(

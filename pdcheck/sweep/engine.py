@@ -24,7 +24,7 @@ import msgspec
 from pdcheck.analysis.kv_digest import KvDigestSummary, join_digests
 from pdcheck.analysis.sequential import SequentialTest
 from pdcheck.analysis.transfer_evidence import PrefillerLogEvents, count_prefiller_log_events
-from pdcheck.analysis.verdict import Outcome
+from pdcheck.analysis.verdict import Outcome, Verdict
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.contracts.plugin_files import (
     DIGESTS_FILE,
@@ -110,10 +110,10 @@ class _EvalTurn:
 
 @dataclass(frozen=True)
 class _Carried:
-    """A level early stop skipped: it carries the flagged `outcome` of level `at`."""
+    """A level early stop skipped: it carries the flagged `verdict` of level `at`."""
 
     at: int
-    outcome: Outcome
+    verdict: Verdict
 
 
 class Engine:
@@ -450,11 +450,11 @@ class Engine:
                 continue
             carried = self._stopped.get((cell.id, c))
             if carried is not None:
-                outcome = carry_level(cell, cs, c, flagged=carried.outcome, at=carried.at)
+                judged = carry_level(cell, cs, c, flagged=carried.verdict, at=carried.at)
             elif not level_ready(cell, cs, c):
                 continue
             else:
-                outcome = judge_level(
+                judged = judge_level(
                     cell,
                     cs,
                     c,
@@ -462,6 +462,7 @@ class Engine:
                     early_stop=self._early_stop(cell),
                     planned_questions=self._questions(Unit(cell.id, "pd", c, 0)),
                 )
+            outcome = judged.outcome
             with self._lock:
                 self._judged[(cell.id, c)] = outcome
                 self.progress.verdicts[outcome.verdict] += 1
@@ -470,10 +471,12 @@ class Engine:
                     for k in self.cells.values()
                 )
             self.progress.emit("verdict", f"{cell.name} c{c}: {outcome.verdict} ({outcome.reason})")
-            if self._early_stop(cell) and outcome.verdict.flagged:
+            # Only a measured drop ends the cell: a flag from the KV evidence alone leaves the
+            # higher levels, where a freed block is really reused, to show what it costs.
+            if self._early_stop(cell) and judged.verdict.stops_higher_levels:
                 for later in cell.concurrency:
                     if later > c:
-                        self._stopped.setdefault((cell.id, later), _Carried(c, outcome))
+                        self._stopped.setdefault((cell.id, later), _Carried(c, outcome.verdict))
 
     def _set(self, cell: Cell, phase: str) -> None:
         self.progress.current_cell = cell.name

@@ -16,6 +16,7 @@ family of the planned F, and re-judges the levels whose call it changes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.exact import ExactCheck
@@ -43,6 +44,14 @@ from pdcheck.results.schema import KvEvidence
 from pdcheck.results.store import CellStore, RunStore, load_cell, load_run
 from pdcheck.serving.endpoints import TopologyRecord
 from pdcheck.sweep.plan import SIDES, Unit
+
+
+@dataclass(frozen=True)
+class JudgedLevel:
+    """What judging a level recorded: the decided verdict and its outcome against the arm."""
+
+    verdict: CellVerdict
+    outcome: Outcome
 
 
 def level_ready(cell: Cell, cs: CellStore, concurrency: int) -> bool:
@@ -210,7 +219,7 @@ def judge_level(
     planned_questions: int | None = None,
     design: Design | None = None,
     family: FamilyVerdict | None = None,
-) -> Outcome:
+) -> JudgedLevel:
     """Judge the level at alpha / `family_size`, or with the run's `family` call once known.
 
     `design` (a re-judgment: the one the level was judged with) overrides the rest; otherwise
@@ -455,10 +464,10 @@ def _injection_precision(
 
 
 def carry_level(
-    cell: Cell, cs: CellStore, concurrency: int, *, flagged: Outcome, at: int
-) -> Outcome:
+    cell: Cell, cs: CellStore, concurrency: int, *, flagged: Verdict, at: int
+) -> JudgedLevel:
     """A level not run because level `at` was flagged (early stop): it carries that verdict."""
-    verdict = decide(LevelEvidence(carried=Carried(at, flagged.verdict)), policy=cell.analysis)
+    verdict = decide(LevelEvidence(carried=Carried(at, flagged)), policy=cell.analysis)
     return _record(cell, cs, concurrency, verdict, carried_from=at)
 
 
@@ -486,7 +495,7 @@ def _record(
     injection: InjectionPrecision | None = None,
     carried_from: int | None = None,
     exact: ExactCheck | None = None,
-) -> Outcome:
+) -> JudgedLevel:
     outcome = judge_expected(cell, concurrency, verdict.verdict, verdict.reason)
     cs.write_verdict(
         concurrency,
@@ -497,4 +506,4 @@ def _record(
         carried_from=carried_from,
         exact=exact,
     )
-    return outcome
+    return JudgedLevel(verdict, outcome)

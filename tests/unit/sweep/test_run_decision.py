@@ -40,7 +40,7 @@ def test_finish_applies_holm_across_the_clean_tests(tmp_path):
     spec = cell.spec
     assert spec is not None and cell.provenance is not None
     alone = judge_level(spec, CellStore(root, cell.dirname, cell.provenance), 1)
-    assert alone.verdict is Verdict.REGRESSION
+    assert alone.outcome.verdict is Verdict.REGRESSION
 
 
 def test_the_family_is_the_levels_expected_clean():
