@@ -19,6 +19,7 @@ process group, and it exits with the server's exit code.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as _metadata
 import os
 import signal
@@ -74,13 +75,16 @@ def run_forked(socket_path: str, argv: list[str]) -> int:
     from pdcheck._vllm.forkserver import recv_message, send_message
     from pdcheck.contracts.forkserver import REPLIES, Exited, Forked, ForkRequest, Refused
 
-    # The group's SIGTERM reaches the server too; until the server has exited, this process
-    # must not, or its exit would read as the server's.
-    server_started = False
+    # This process stands for the server, so a signal to it is meant for the server: passed
+    # on once the server runs; until the server has exited, this process must not, or its exit
+    # would read as the server's.
+    server_pid: int | None = None
 
     def on_signal(signum: int, _frame: object) -> None:
-        if not server_started:
+        if server_pid is None:
             raise SystemExit(128 + signum)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server_pid, signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
@@ -103,7 +107,7 @@ def run_forked(socket_path: str, argv: list[str]) -> int:
             )
             return 1
         if isinstance(reply, Forked):
-            server_started = True
+            server_pid = reply.pid
             print(
                 f"pdcheck: vLLM server forked from the fork server as pid {reply.pid}",
                 file=sys.stderr,

@@ -12,17 +12,20 @@ the bytes happen to survive:
   finished before any read was done (issue 29's load-finished-early: 58,692 tokens, 0 reads).
   Nothing on a correct server produces it: a full local prefix hit loads nothing.
 - **Released unread** (the prefiller's log, ``Releasing expired KV blocks for request ...
-  retrieved by 0 remote worker(s)``): a prefiller gave blocks back to the pool after their
-  lease expired without any decoder having read them.
+  retrieved by 0 remote worker(s)``): the prefiller let a request's lease expire and freed its
+  blocks before any decoder read them.
 - **Read after release** (``Potentially invalid KV blocks for unrecognized request ... were
-  retrieved by a decode worker``): a decoder's read finished for blocks the prefiller no longer
-  held, so they may have held another request's KV by then (issue 29's early free: 1,203).
+  retrieved by a decode worker``): a decoder's read finished for blocks the prefiller had
+  already freed, or whose lease it had let expire, so they may have held another request's KV
+  by then (issue 29's early free: 1,203).
 
 The first is impossible on a correct vLLM whatever the timing, so on a clean arm it is a
-REGRESSION. The other two follow a lease expiry, which an overloaded machine can cause with no
-bug (a decoder that reads after vLLM's 480 s lease), so on their own they make a clean level
-SUSPECT rather than REGRESSION, with the counts (docs/analysis.md, "Three signals"). Pure
-functions over parsed metrics and log text.
+REGRESSION. The other two are findings about the prefiller: it freed blocks, or ended their
+lease, before the read. The lease (`contracts.kv_lease`: 30 s by default, renewed by the
+decoder's heartbeat every 5 s) expires with a live decoder only after its heartbeat stalled
+for 20 s, which a badly overloaded machine can do with no bug; so on their own they make a
+clean level SUSPECT rather than REGRESSION, with the counts and the lease (docs/analysis.md,
+"Three signals"). Pure functions over parsed metrics and log text.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
+
+from pdcheck.contracts.kv_lease import KvLease
 
 __all__ = [
     "DecoderCounters",
@@ -86,6 +91,7 @@ class TransferEvidence:
     # False when no decoder exported NIXL's counters (another connector, attach mode without
     # metrics URLs): then 0 completed transfers proves nothing.
     nixl_counted: bool = True
+    lease: KvLease | None = None  # the prefillers' lease; None: not known (attach mode)
 
     @property
     def loaded_without_transfer(self) -> bool:
@@ -106,15 +112,25 @@ class TransferEvidence:
         parts = []
         if self.prefiller.read_after_release:
             parts.append(
-                f"{self.prefiller.read_after_release} decoder reads of KV blocks the prefiller "
-                "had already released ('Potentially invalid KV blocks')"
+                f"{self.prefiller.read_after_release} decoder reads finished for KV blocks the "
+                "prefiller had already freed, or whose lease it had let expire, so they may have "
+                "held another request's KV ('Potentially invalid KV blocks')"
             )
         if self.prefiller.released_unread:
             parts.append(
-                f"{self.prefiller.released_unread} requests' KV blocks released by the "
-                "prefiller with no decoder read ('retrieved by 0 remote worker(s)')"
+                f"the prefiller let {self.prefiller.released_unread} requests' leases expire and "
+                "freed their KV blocks before any decoder read them ('retrieved by 0 remote "
+                "worker(s)')"
             )
-        return "; ".join(parts) or None
+        if not parts:
+            return None
+        lease = (
+            f"; {self.lease.describe()}: with a live decoder a lease expires only after its "
+            f"heartbeat stalled {self.lease.extension_s} s"
+            if self.lease is not None
+            else ""
+        )
+        return "; ".join(parts) + lease
 
 
 def count_prefiller_log_events(text: str) -> PrefillerLogEvents:
@@ -128,7 +144,10 @@ def count_prefiller_log_events(text: str) -> PrefillerLogEvents:
 
 
 def transfer_evidence(
-    decoders: Iterable[DecoderCounters], prefiller: PrefillerLogEvents | None
+    decoders: Iterable[DecoderCounters],
+    prefiller: PrefillerLogEvents | None,
+    *,
+    lease: KvLease | None = None,
 ) -> TransferEvidence:
     """The unit's evidence from its decoders' metric deltas and its prefillers' log events."""
     deltas = list(decoders)
@@ -139,4 +158,5 @@ def transfer_evidence(
         bytes_transferred=int(sum(d.bytes_transferred for d in deltas)),
         prefiller=events,
         nixl_counted=any(d.nixl_engines > 0 for d in deltas),
+        lease=lease,
     )

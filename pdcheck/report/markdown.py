@@ -35,6 +35,7 @@ from pdcheck.report.sections import (
     results_table,
     tuning_lines,
 )
+from pdcheck.report.server_logs import server_logs_section
 from pdcheck.results.load import RunResults
 from pdcheck.results.schema import RaceOutcome
 from pdcheck.results.summary import run_summary
@@ -219,6 +220,7 @@ def render_markdown(
     exactness = exactness_section(run)
     prefix_cache = prefix_cache_section(run)
     queueing = queueing_section(run)
+    server_logs = server_logs_section(run)
     methodology = methodology_section(
         alpha=policy.alpha if policy else None,
         margin_pts=policy.margin_pts if policy else None,
@@ -250,6 +252,8 @@ def render_markdown(
             parts += ["## Prefix caching", prefix_cache]
         if queueing is not None:
             parts += ["## Concurrency above what the servers run at once", queueing]
+        if server_logs is not None:
+            parts += ["## Server logs", server_logs]
         if failures:
             parts.append("## Failures")
             parts += [f.full for f in failures[: detail.full_failures]]

@@ -1,8 +1,11 @@
 """One server process: started in its own process group, readiness by /health, teardown of the group.
 
-Teardown sends SIGTERM to the process group, waits a grace period for the group to empty,
-then SIGKILLs what is left and reaps the leader. vLLM spawns engine and worker processes,
-which stay in the group, so killing the group leaves nothing behind.
+Teardown sends SIGTERM to the group's leader, waits for it to exit, then SIGTERMs what is left of
+the group, and SIGKILLs whatever outlives the grace period before reaping the leader. vLLM spawns
+engine and worker processes, which stay in the group, so killing the group leaves nothing
+behind. The leader goes first because vLLM's API server stops its own engine core on SIGTERM:
+signalled together, the engine core exits first and the API server logs an `EngineDeadError`
+traceback for what was a clean stop, so that every log would hold a traceback.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ class ServerProcess:
         self.grace_s = grace_s
         self.own_session = own_session
         self._proc: subprocess.Popen | None = None
+        self._terminated = False
 
     @property
     def pid(self) -> int | None:
@@ -137,18 +141,26 @@ class ServerProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def terminate(self) -> None:
-        """Send SIGTERM to the group without waiting (so several servers stop in parallel)."""
-        if self._proc is not None and self._proc.returncode is None:
-            signal_group(self._proc.pid, signal.SIGTERM)
+        """Send SIGTERM to the leader without waiting (so several servers stop in parallel)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None and not self._terminated:
+            # Once only: a second SIGTERM makes uvicorn force its exit mid-shutdown.
+            self._terminated = True
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
 
     def stop(self) -> int | None:
-        """SIGTERM the group, wait up to the grace period for it to empty, SIGKILL the rest, reap."""
+        """SIGTERM the leader and wait for it, then SIGTERM the rest of the group, SIGKILL what
+        outlives the grace period, reap."""
         proc = self._proc
         if proc is None:
             return None
         pgid = proc.pid  # a new session or process group makes the child its group's leader
-        signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
+        self.terminate()
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        signal_group(pgid, signal.SIGTERM)
         while time.monotonic() < deadline and _group_alive(pgid, proc):
             time.sleep(0.05)
         if _group_alive(pgid, proc):

@@ -37,6 +37,7 @@ from pdcheck.analysis.verdict import (
     suspect_p,
 )
 from pdcheck.config import Cell, level_expectation
+from pdcheck.contracts.kv_lease import KvLease, kv_lease
 from pdcheck.evals.dataset import SYNTH_N_TEST
 from pdcheck.evals.records import QuestionRecord
 from pdcheck.results.load import CellResult, kv_tokens
@@ -308,7 +309,11 @@ def level_evidence(
         kv_transferred_tokens=kv_tokens(result.kv, concurrency),
         digests=tuple(k.kv_digest if k is not None else None for k in kv),
         transfers=tuple(
-            transfer_evidence(k.decoders, k.prefiller_events) for k in kv if k is not None
+            transfer_evidence(
+                k.decoders, k.prefiller_events, lease=_prefiller_lease(result.servers)
+            )
+            for k in kv
+            if k is not None
         ),
         exact=exact,
         expected_flag=level_expectation(cell, concurrency).flag,
@@ -323,6 +328,16 @@ def level_evidence(
             run_tag=Unit(cell.id, "pd", concurrency, 0).run_tag,
         )
     return evidence, comparison, injection, exact
+
+
+def _prefiller_lease(servers: Sequence[TopologyRecord]) -> KvLease | None:
+    """The lease of the cell's prefillers (they share the cell's connector config); None in
+    attach mode, where pdcheck did not start them."""
+    for topology in servers:
+        for server in topology.servers:
+            if server.role == "prefill":
+                return kv_lease(server.argv)
+    return None
 
 
 def level_exact_check(

@@ -62,7 +62,8 @@ MAX_NIXL_PTHR_DELAY_US = 1_000_000
 MAX_IDLE_BACKOFF_MS = 1000
 # A sleep per spin turn beyond 10 ms would add more to every model step than the step takes.
 MAX_SHM_SPIN_SLEEP_US = 10_000
-# Ten seconds: a read held longer than vLLM's KV lease (480 s) would expire; far less is useful.
+# Ten seconds: half the 20 s a heartbeat extends the KV lease by (contracts/kv_lease.py), so a
+# delayed read never outlives its lease; far less is useful.
 MAX_KV_LAND_DELAY_MS = 10_000
 
 

@@ -6,6 +6,9 @@ a planned topology. What it does comes from `STUB_MODE`:
   crash         print a message and exit 3 at once
   never-healthy listen, but answer /health with 503 forever
   ignore-term   like ok, but ignore SIGTERM (teardown must escalate to SIGKILL)
+  stops-child   like ok, but its child is a python process that records who sent it SIGTERM
+                (in `<port>.term-sender`), and on SIGTERM the stub stops the child itself and
+                exits, as vLLM's API server stops its engine core
 It forks a child (`sleep`) first, like vLLM's engine process, and writes both pids to
 `$STUB_PID_DIR/<port>.pids`, so tests can check that teardown leaves no process behind, and
 its environment to `$STUB_PID_DIR/<port>.env.json`.
@@ -64,6 +67,17 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, answer)
 
 
+# Waits for SIGTERM with sigwaitinfo, which says which process sent it.
+_SENDER_RECORDING_CHILD = """
+import signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+print("blocked", flush=True)
+info = signal.sigwaitinfo({signal.SIGTERM})
+with open(sys.argv[1], "w") as f:
+    f.write(str(info.si_pid))
+"""
+
+
 def main() -> None:
     mode = os.environ.get("STUB_MODE", "ok")
     port = _port(sys.argv)
@@ -71,8 +85,23 @@ def main() -> None:
     if mode == "crash":
         print("RuntimeError: the stub was told to crash at start", flush=True)
         sys.exit(3)
-    child = subprocess.Popen(["sleep", "600"])
     pid_dir = os.environ.get("STUB_PID_DIR")
+    if mode == "stops-child":
+        child = subprocess.Popen(
+            [sys.executable, "-c", _SENDER_RECORDING_CHILD, f"{pid_dir}/{port}.term-sender"],
+            stdout=subprocess.PIPE,
+        )
+        assert child.stdout is not None
+        child.stdout.readline()  # SIGTERM is blocked in the child from here on
+
+        def stop_child(_signum: int, _frame: object) -> None:
+            child.terminate()
+            child.wait()
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, stop_child)
+    else:
+        child = subprocess.Popen(["sleep", "600"])
     if pid_dir:
         with open(os.path.join(pid_dir, f"{port}.env.json"), "w") as f:
             json.dump(dict(os.environ), f)

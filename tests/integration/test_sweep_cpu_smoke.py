@@ -28,6 +28,7 @@ from pdcheck.config.load import SWEEPS_DIR
 from pdcheck.fixtures.accuracy import recorded_serve_args
 from pdcheck.fixtures.manifest import FIXTURES_DIR
 from pdcheck.results import load_run
+from pdcheck.results.server_logs import cell_server_logs
 from tests.integration.sweep_run import run_sweep, trimmed_cpu_smoke
 
 # 40 questions: one question is 2.5 points; allow a few flips from a different CPU's rounding.
@@ -171,3 +172,21 @@ def test_stale_injection_reaches_the_gdn_state_and_flips_only_injected_questions
         state_blocks = [blocks for blocks in record["blocks"] if len(blocks) == 1]
         assert len(record["blocks"]) == GDN_STATE_GROUPS + 1, record
         assert len(state_blocks) >= GDN_STATE_GROUPS, record
+
+
+@pytest.mark.servers
+@pytest.mark.xdist_group("servers")
+@pytest.mark.timeout(600)
+def test_servers_stop_without_a_traceback_in_any_log(smoke_run):
+    """Every server of the run (baselines, prefillers, decoders, the canaries' too) stopped
+    cleanly: its log holds no traceback, and the report says so. Signalled as one group, every
+    API server logged an EngineDeadError at its stop."""
+    run = load_run(smoke_run)
+    logs = [cell_server_logs(smoke_run / "cells" / cell.dirname) for cell in run.cells]
+    read = [name for found in logs if found is not None for name in found.logs]
+    assert len(read) >= 2 * len(run.cells), read
+    tracebacks = [tb.describe() for found in logs if found is not None for tb in found.tracebacks]
+    assert tracebacks == []
+    assert f"No traceback in the {len(read)} server logs of the run." in (
+        (smoke_run / "report.md").read_text()
+    )

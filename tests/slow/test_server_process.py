@@ -33,6 +33,20 @@ def test_ready_server_stops_with_its_child(tmp_path, ports):
     assert (tmp_path / "logs" / "ok-0.log").read_text().startswith("stub server mode=ok")
 
 
+def test_teardown_signals_the_leader_first_so_it_stops_its_own_children(tmp_path, ports):
+    """The leader alone gets the first SIGTERM: vLLM's API server stops its engine core itself,
+    and an engine core signalled at the same time dies under it and fills the log with an
+    EngineDeadError traceback at every clean stop. The stand-in's child records who sent its
+    SIGTERM: the leader, not pdcheck's group signal."""
+    with stub(tmp_path, "stops-child", ports.http_port()) as server:
+        server.wait_ready(timeout_s=20)
+        pids = recorded_pids(tmp_path / "pids")
+    assert wait_gone(pids) == []
+    (sender,) = (tmp_path / "pids").glob("*.term-sender")
+    assert int(sender.read_text()) == pids[0], f"leader {pids[0]}, child {pids[1]}"
+    assert server.returncode() == 0
+
+
 def test_crash_at_start_fails_fast_with_log_tail(tmp_path, ports):
     """A server that exits during startup raises ServerCrashed at once, with exit code and log tail."""
     t0 = time.monotonic()

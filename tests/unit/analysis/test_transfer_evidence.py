@@ -8,6 +8,7 @@ from pdcheck.analysis.transfer_evidence import (
     count_prefiller_log_events,
     transfer_evidence,
 )
+from pdcheck.contracts.kv_lease import DEFAULT_LEASE_S, KvLease, kv_lease
 from pdcheck.serving.metrics import KvTransferMetrics
 
 # As vLLM 0.32's NIXL worker logs them (base_worker.py, pull_worker.py), with the logger prefix.
@@ -43,10 +44,33 @@ def test_loaded_tokens_with_no_completed_read_is_a_regression_only_with_nixl_cou
     assert transfer_evidence([read], None).regression_reason() is None
 
 
-def test_prefiller_events_make_a_suspect_reason_with_the_counts():
-    """Released-unread and read-after-release each name their count; none, no reason."""
-    evidence = transfer_evidence([], count_prefiller_log_events(LOG))
+def test_prefiller_events_make_a_suspect_reason_with_the_counts_and_the_lease():
+    """Released-unread and read-after-release each name their count and say what the prefiller
+    did (freed the blocks or let the lease expire before the read), with the lease it ran
+    with; none, no reason."""
+    lease = kv_lease(["vllm", "serve", "m"])
+    evidence = transfer_evidence([], count_prefiller_log_events(LOG), lease=lease)
     reason = str(evidence.suspect_reason())
-    assert "2 decoder reads of KV blocks the prefiller had already released" in reason
-    assert "1 requests' KV blocks released by the prefiller with no decoder read" in reason
-    assert transfer_evidence([], PrefillerLogEvents()).suspect_reason() is None
+    assert (
+        "2 decoder reads finished for KV blocks the prefiller had already freed, or whose lease "
+        "it had let expire"
+    ) in reason
+    assert "the prefiller let 1 requests' leases expire and freed their KV blocks" in reason
+    assert (
+        "lease 30 s (vLLM's default), renewed by the decoder's heartbeat every 5 s for 20 s"
+    ) in reason
+    assert "renewed by" not in str(transfer_evidence([], PrefillerLogEvents(1)).suspect_reason())
+    assert transfer_evidence([], PrefillerLogEvents(), lease=lease).suspect_reason() is None
+
+
+def test_the_lease_is_read_from_the_prefillers_connector_config():
+    """kv_lease_duration in --kv-transfer-config's extra config sets it; anything else is
+    vLLM's default, never an error (judging must not fail on a config it does not know)."""
+    config = (
+        '{"kv_connector":"NixlConnector","kv_connector_extra_config":{"kv_lease_duration":120}}'
+    )
+    set_ = kv_lease(["vllm", "serve", "m", "--kv-transfer-config", config])
+    assert (set_.duration_s, set_.heartbeat_s, set_.extension_s) == (120, 20, 80)
+    assert kv_lease([f"--kv-transfer-config={config}"]).duration_s == 120
+    for argv in (["--kv-transfer-config", "not json"], ["--kv-transfer-config", "[1]"], []):
+        assert kv_lease(argv) == KvLease(DEFAULT_LEASE_S, "vLLM's default")

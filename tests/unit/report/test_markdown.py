@@ -25,7 +25,8 @@ RACE = {
 
 
 def test_sections_come_in_the_order_reviewers_read_them(make_run):
-    """Marker first, then the overall line, environment, results, charts, race, failures, methodology."""
+    """Marker first, then the overall line, environment, results, charts, race, server logs,
+    failures, methodology."""
     text = render_markdown(load_run(make_run(PLANS, race=RACE)))
     assert text.splitlines()[0] == REPORT_MARKER
     assert [h for tag, h in headings(text) if tag == "h2"] == [
@@ -33,6 +34,7 @@ def test_sections_come_in_the_order_reviewers_read_them(make_run):
         "Results",
         "Accuracy vs concurrency",
         "Race findings",
+        "Server logs",
         "Failures",
         "Methodology",
     ]

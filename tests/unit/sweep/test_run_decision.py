@@ -161,8 +161,8 @@ def test_a_clean_level_whose_decoder_loaded_kv_with_no_read_completed_is_a_regre
 
 
 def test_a_clean_level_whose_prefiller_saw_reads_of_released_blocks_is_suspect(tmp_path):
-    """Reads of blocks the prefiller had released follow a lease expiry, which an overloaded
-    machine can cause: a clean level that would PASS is SUSPECT, with the count, not PASS."""
+    """Reads of blocks the prefiller had freed (early, or at a lease expiry an overloaded machine
+    can cause): a clean level that would PASS is SUSPECT, with the count, not PASS."""
     plans = [CellPlan("fixes-on", model="tiny-llama")]
     read = KvTransferMetrics(
         external_kv_tokens=5000.0, transfers=20.0, bytes_transferred=1e6, nixl_engines=1.0
@@ -171,7 +171,7 @@ def test_a_clean_level_whose_prefiller_saw_reads_of_released_blocks_is_suspect(t
     root = write_run(tmp_path, plans, concurrency=(1,), kv_evidence=evidence)
     v = load_run(root).cells[0].verdicts[1].verdict
     assert v.verdict is Verdict.SUSPECT
-    assert "3 decoder reads of KV blocks the prefiller had already released" in v.reason
+    assert "3 decoder reads finished for KV blocks the prefiller had already freed" in v.reason
     clean = write_run(
         tmp_path / "clean", plans, concurrency=(1,), kv_evidence={"decoders": (read,)}
     )
