@@ -150,6 +150,8 @@ SERVING_MUTANT_NAMES: dict[str, tuple[str, ...]] = {
     "load-finished-early": (f"{_NIXL}.pull_worker:NixlPullConnectorWorker._read_blocks",),
     "prefix-hit-wrong-end": (f"{_NIXL}.base_worker:NixlBaseConnectorWorker._apply_prefix_caching",),
 }
+# What the clean-stop order (pdcheck._vllm.clean_stop) wraps: the same in 0.22.0 through 0.32.0.
+CLEAN_STOP_NAMES: tuple[str, ...] = ("vllm.v1.engine.async_llm:AsyncLLM.shutdown",)
 # What the late-landing amplifier (pdcheck._vllm.land_delay) wraps; checked when
 # PDCHECK_KV_LAND_DELAY_MS is set.
 LAND_DELAY_NAMES: tuple[str, ...] = (

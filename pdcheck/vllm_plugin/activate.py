@@ -69,6 +69,11 @@ def activate(environ: Mapping[str, str]) -> list[str]:
         # (early-free: that the blocks were to be held), not what the mutant makes of it.
         install_mutant(settings.mutant)
         applied.append(f"mutant={settings.mutant}")
+    from pdcheck._vllm.clean_stop import install_clean_stop
+
+    # In every server the plugin is active in: a traceback in its log is then evidence.
+    if install_clean_stop():
+        applied.append("clean-stop")
     if settings.plugin_dir is not None:
         from pdcheck.vllm_plugin.marker import (
             SCHEDULER_BUILT,

