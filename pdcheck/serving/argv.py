@@ -18,7 +18,7 @@ from typing import Literal
 
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.config.cells import Role
-from pdcheck.config.paths import FIXTURE_PREFIX, environment_python
+from pdcheck.config.paths import FIXTURE_PREFIX, environment_python, shipped_dir
 from pdcheck.contracts import batch_invariance, environment, vllm_names
 
 Platform = Literal["cpu", "gpu"]
@@ -185,13 +185,28 @@ def cell_exactness(cell: Cell, *, platform: Platform) -> batch_invariance.Exactn
     """The cell's bit-exact decision on `platform`, from the dtype and attention backend its
     servers are started with (the baseline's argv: every server of a cell shares them)."""
     argv = build_serve_argv(cell, role="baseline", port=0, platform=platform, launcher=())
+    dtype = _flag_value(argv, "--dtype")
     return batch_invariance.exactness(
         requested=cell.serving.bit_exact,
         platform=platform,
         model_kind=cell.model.kind,
-        dtype=_flag_value(argv, "--dtype"),
+        dtype=dtype,
         attention_backend=_flag_value(argv, "--attention-backend"),
+        measured=_measured_exactness(cell.model.path, dtype),
     )
+
+
+def _measured_exactness(
+    model_path: str, dtype: str | None
+) -> batch_invariance.MeasuredExactness | None:
+    """The recorded CPU measurement of a pdcheck tiny model (`fixture:NAME`) at `dtype`."""
+    if not model_path.startswith(FIXTURE_PREFIX):
+        return None
+    record = shipped_dir("fixtures") / batch_invariance.RECORD_FILE
+    if not record.is_file():
+        return None
+    name = model_path.removeprefix(FIXTURE_PREFIX)
+    return batch_invariance.read_exactness_record(record).lookup(name, dtype)
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:

@@ -26,7 +26,7 @@ def test_the_section_names_the_cells_judged_exactly_and_each_divergence(make_run
     rows = [line for line in section.splitlines() if line.startswith("| tiny-llama")]
     assert "| 1 | exactly | 199/200 | q00000 at token 3 |" in rows[0], rows
     assert "| 8 | exactly | 200/200 | – |" in rows[1], rows
-    assert "float32" in section  # the reason
+    assert "float32" in section  # the reason: the measured dtype
     assert "q00000 r0 at token 3: baseline 't3', PD 't9999'" in section
     assert "## Bit-exact judging" in render_markdown(run)
 

@@ -110,3 +110,24 @@ def test_an_arm_cannot_inject_and_cache_prefixes(tmp_path):
     )
     with pytest.raises(SweepFileError, match="cannot both inject faults and turn prefix caching"):
         load_sweep(path)
+
+
+def test_cpu_tiny_models_are_judged_as_their_recorded_measurement_says():
+    """For pdcheck's tiny models the measurement in fixtures/exactness.json decides, per model
+    and dtype, before a cell runs: the float32 Granite hybrid (200/200 identical) is judged
+    exactly although the rule alone would not trust a hybrid; the bfloat16 Qwen3-Next (198/200)
+    is not; a dtype never measured falls back to the rule (bfloat16 is not exact)."""
+    cpu = {"bit_exact": True, "platform": "cpu"}
+
+    def tiny(name: str, dtype: str):
+        return make_cell(
+            model={"path": f"fixture:{name}", "kind": "hybrid", "serve_args": ["--dtype", dtype]},
+            serving=cpu,
+        )
+
+    granite = cell_exactness(tiny("tiny-granite", "float32"), platform="cpu")
+    assert granite.exact and "measured exact for this model at float32: 200/200" in granite.reason
+    qwen = cell_exactness(tiny("tiny-qwen3next", "bfloat16"), platform="cpu")
+    assert not qwen.exact and "measured not exact" in qwen.reason and "/200" in qwen.reason
+    unmeasured = cell_exactness(tiny("tiny-granite", "bfloat16"), platform="cpu")
+    assert not unmeasured.exact and "measured" not in unmeasured.reason
