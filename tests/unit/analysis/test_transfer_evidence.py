@@ -8,7 +8,7 @@ from pdcheck.analysis.transfer_evidence import (
     count_prefiller_log_events,
     transfer_evidence,
 )
-from pdcheck.serving.metrics import KvTransferMetrics
+from pdcheck.contracts.server_records import KvTransferMetrics
 
 # As vLLM 0.32's NIXL worker logs them (base_worker.py, pull_worker.py), with the logger prefix.
 LOG = """\
