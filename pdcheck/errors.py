@@ -10,8 +10,9 @@ Hierarchy (what callers catch is a base class)::
     │           └── SweepFileErrors   several, each with its own line and key path
     ├── DatasetError                  exit 2: GSM8K could not be loaded; says how to provide it
     ├── InfraError                    exit 2: the machinery failed, not the model
-    │   ├── ServerCrashed             a server process exited before or while serving
-    │   ├── ServerStartTimeout        a server never answered /health in time
+    │   ├── ServerFailure             a server failed: its role, log path and log tail
+    │   │   ├── ServerCrashed         a server process exited before or while serving
+    │   │   └── ServerStartTimeout    a server never answered /health in time
     │   ├── PortUnavailable           a port we need is taken
     │   └── GpuInventoryError         the topology needs more GPUs than there are
     ├── VllmIncompatible              exit 2: the installed vLLM lacks internals pdcheck needs
@@ -39,6 +40,7 @@ __all__ = [
     "PortUnavailable",
     "ResultsFileError",
     "ServerCrashed",
+    "ServerFailure",
     "ServerStartTimeout",
     "SweepFileError",
     "SweepFileErrors",
@@ -118,40 +120,47 @@ class InfraError(PdcheckError):
     """The serving machinery failed; a run that hits this gets INFRA-ERROR, never PASS."""
 
 
-class ServerCrashed(InfraError):
+class ServerFailure(InfraError):
+    """A server pdcheck started failed to serve; carries its role, the tail of its log and the
+    log's path, and says all three (the log tail is what a reader needs first)."""
+
+    def __init__(self, role: str, problem: str, *, log_tail: str = "", log_path: str | None = None):
+        self.role = role
+        self.log_tail = log_tail
+        self.log_path = log_path
+        msg = f"{role} {problem}"
+        if log_path:
+            msg += f" (log: {log_path})"
+        if log_tail:
+            msg += f"\n--- last lines of its log ---\n{log_tail}"
+        super().__init__(msg)
+
+
+class ServerCrashed(ServerFailure):
     """A server process exited; carries its role, exit code and the tail of its log."""
 
     def __init__(
         self, role: str, returncode: int | None, log_tail: str = "", log_path: str | None = None
     ):
-        self.role = role
         self.returncode = returncode
-        self.log_tail = log_tail
-        self.log_path = log_path
-        msg = f"{role} exited with code {returncode}"
-        if log_path:
-            msg += f" (log: {log_path})"
-        if log_tail:
-            msg += f"\n--- last lines of its log ---\n{log_tail}"
-        super().__init__(msg)
+        super().__init__(
+            role, f"exited with code {returncode}", log_tail=log_tail, log_path=log_path
+        )
 
 
-class ServerStartTimeout(InfraError):
+class ServerStartTimeout(ServerFailure):
     """A server did not become healthy within its timeout."""
 
     def __init__(
         self, role: str, timeout_s: float, log_tail: str = "", log_path: str | None = None
     ):
-        self.role = role
         self.timeout_s = timeout_s
-        self.log_tail = log_tail
-        self.log_path = log_path
-        msg = f"{role} did not answer /health within {timeout_s:g} s; raise the ready timeout for slow models"
-        if log_path:
-            msg += f" (log: {log_path})"
-        if log_tail:
-            msg += f"\n--- last lines of its log ---\n{log_tail}"
-        super().__init__(msg)
+        super().__init__(
+            role,
+            f"did not answer /health within {timeout_s:g} s; raise the ready timeout for slow models",
+            log_tail=log_tail,
+            log_path=log_path,
+        )
 
 
 class PortUnavailable(InfraError):

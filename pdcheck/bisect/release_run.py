@@ -131,7 +131,7 @@ def run_release_race(
     env = overlay_env(overlay.root)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.unlink(missing_ok=True)
-    argv = [python, "-m", "pdcheck", "race", *race_args, "--json", str(json_path)]
+    argv = [python, "-m", "pdcheck", "race", *race_args, "--out", str(json_path)]
     argv += [RELEASE_LABEL_OPTION, overlay.release]
     start = time.monotonic()
     with open(log_path, "w") as log:

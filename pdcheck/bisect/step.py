@@ -128,7 +128,7 @@ def _predicate_argv(cfg: BisectConfig, run_dir: Path) -> list[str]:
             "pdcheck",
             "race",
             *cfg.args,
-            "--json",
+            "--out",
             str(run_dir / "race.json"),
         ]
     if cfg.predicate == "sweep":

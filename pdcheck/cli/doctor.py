@@ -44,7 +44,7 @@ def doctor(
 ) -> None:
     """Report python, pdcheck, vLLM (build, version, commit), nixl, GPUs, memory and race fixes."""
     if gpu_smoke is not None:
-        from pdcheck.cli.gpu_smoke import write_gpu_smoke
+        from pdcheck.sweep.gpu_smoke import write_gpu_smoke
 
         record = write_gpu_smoke(gpu_smoke)
         for name, part in (

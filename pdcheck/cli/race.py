@@ -7,14 +7,18 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 
-from pdcheck.cli._common import console, err_console
+from pdcheck.cli._common import console, err_console, json_destinations, json_options
 from pdcheck.contracts.fixes import describe_fixes
 from pdcheck.errors import ExitCode
+from pdcheck.race.workload import DEFAULT_VARIANTS, VARIANTS
+
+if TYPE_CHECKING:
+    from pdcheck.race import RaceSummary
 
 
 def _write_json(path: str, data: dict) -> None:
@@ -32,6 +36,7 @@ def race_argv(
     depth: int | None,
     mutation: str | None,
     trace_dir: str | None,
+    as_json: bool = False,
 ) -> list[str]:
     """The `pdcheck race` options of a run, for the child that runs them on a release's overlay."""
     argv = ["--seeds", str(seeds), "--seed-start", str(seed_start), "--requests", str(requests)]
@@ -40,6 +45,7 @@ def race_argv(
     argv += ["--depth", str(depth)] if depth is not None else []
     argv += ["--mutation", mutation] if mutation else []
     argv += ["--trace-dir", trace_dir] if trace_dir else []
+    argv += ["--json"] if as_json else []
     return argv
 
 
@@ -102,7 +108,10 @@ def _race_on_release(release: str, argv: list[str], json_path: str | None) -> in
     "--variant",
     "variants",
     multiple=True,
-    help="Workload variant (repeatable; default: the standard set; 'all' for every one).",
+    type=click.Choice([*VARIANTS, "all"]),
+    metavar="NAME",
+    help=f"Workload variant (repeatable): {', '.join(VARIANTS)}; 'all' for every one. "
+    f"Default: {', '.join(DEFAULT_VARIANTS)}.",
 )
 @click.option(
     "--disable-fix",
@@ -124,12 +133,7 @@ def _race_on_release(release: str, argv: list[str], json_path: str | None) -> in
     type=click.Path(file_okay=False),
     help="Also record scheduler traces here (the plugin's format).",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False),
-    help="Write the RaceSummary as JSON here.",
-)
+@json_options("the RaceSummary")
 @click.option(
     "--vllm-release",
     "vllm_release",
@@ -147,7 +151,8 @@ def race(
     depth,
     mutation,
     trace_dir,
-    json_path,
+    json_arg,
+    out_path,
     vllm_release,
     release_label,
 ) -> None:
@@ -156,6 +161,7 @@ def race(
     Exit 0 clean, 1 findings, 2 the harness could not run (with --vllm-release: the release's
     Python does not import, named in one line), 3 bad input (a release pip cannot find).
     """
+    as_json, json_path = json_destinations(json_arg, out_path)
     if vllm_release:
         argv = race_argv(
             seeds=seeds,
@@ -166,14 +172,15 @@ def race(
             depth=depth,
             mutation=mutation,
             trace_dir=trace_dir,
+            as_json=as_json,
         )
         raise click.exceptions.Exit(_race_on_release(vllm_release, argv, json_path))
-    from pdcheck.race import DEFAULT_VARIANTS, VARIANTS, run_race
+    from pdcheck.race import run_race
     from pdcheck.vllm_plugin.switches import ENV_VAR, parse_fixes
 
     names = list(VARIANTS) if "all" in variants else (list(variants) or list(DEFAULT_VARIANTS))
     fixes = parse_fixes(list(disable) + list(parse_fixes(os.environ.get(ENV_VAR, ""))))
-    with console.status("importing vLLM and running the race harness..."):
+    with err_console.status("importing vLLM and running the race harness..."):
         summary = run_race(
             seeds=seeds,
             seed_start=seed_start,
@@ -184,6 +191,18 @@ def race(
             mutation=mutation,
             trace_dir=trace_dir,
         )
+    data = summary.to_dict()
+    data = _label_release(data, release_label) if release_label else data
+    if json_path:
+        _write_json(json_path, data)
+    if as_json:
+        click.echo(json.dumps(data, indent=1))
+    else:
+        _print_summary(summary, release_label)
+    raise click.exceptions.Exit(int(summary.exit_code))
+
+
+def _print_summary(summary: RaceSummary, release_label: str | None) -> None:
     table = Table(
         title=f"pdcheck race: vLLM {summary.vllm_version}, fixes disabled: {', '.join(summary.disabled_fixes) or 'none'}"
     )
@@ -219,10 +238,6 @@ def race(
                     options = f"{repro.options} --vllm-release {release_label}".strip()
                     repro = dataclasses.replace(repro, options=options)
                 console.print(repro.render(), markup=False, highlight=False)
-    if json_path:
-        data = summary.to_dict()
-        _write_json(json_path, _label_release(data, release_label) if release_label else data)
-    raise click.exceptions.Exit(int(summary.exit_code))
 
 
 @click.group(name="trace")
@@ -232,17 +247,19 @@ def trace() -> None:
 
 @trace.command(name="check")
 @click.argument("directory", type=click.Path())
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), help="Write the result as JSON here."
-)
-def trace_check(directory: str, json_path: str | None) -> None:
+@json_options("the result")
+def trace_check(directory: str, json_arg: str | None, out_path: str | None) -> None:
     """Report hazard windows (block reuse, zeroing over a load) in a recorded trace. Exit 0 clean, 1 hazards."""
     from pdcheck.race.trace_check import check_trace_dir
 
+    as_json, json_path = json_destinations(json_arg, out_path)
     result = check_trace_dir(directory)
-    console.print(
-        f"{result.files} trace file(s), {result.segments} scheduler(s), {result.steps} steps: {result.num_findings} hazard(s)"
-    )
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=1))
+    else:
+        console.print(
+            f"{result.files} trace file(s), {result.segments} scheduler(s), {result.steps} steps: {result.num_findings} hazard(s)"
+        )
     for finding in result.findings[:10]:
         err_console.print(f"{finding.kind} (step {finding.step}): {finding.detail}", markup=False)
     if json_path:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from pdcheck.cli._common import console, err_console
+from pdcheck.cli._common import console, deprecated, err_console
 from pdcheck.config import Cell, expand_cells, load_sweep, select_cells
 from pdcheck.config.schema import SweepSpec
 from pdcheck.errors import ConfigError, ExitCode
@@ -58,7 +58,7 @@ def _pick_cell(sweep: str, cell: str | None) -> Cell:
         return select_cells(cells, only=(cell,))[0]
     if len(cells) > 1:
         raise ConfigError(
-            f"{sweep} has {len(cells)} cells; pick one with --cell: "
+            f"{sweep} has {len(cells)} cells; pick one with --only: "
             + ", ".join(c.name for c in cells)
         )
     return cells[0]
@@ -67,8 +67,12 @@ def _pick_cell(sweep: str, cell: str | None) -> Cell:
 @click.command()
 @click.argument("sweep", required=False)
 @click.option(
-    "--cell", "cell_name", help="Cell name or id from the sweep (needed when it has several)."
+    "--only",
+    "cell_name",
+    metavar="NAME|ID",
+    help="The cell, by name or id, from the sweep (needed when it has several).",
 )
+@click.option("--cell", "old_cell_name", hidden=True, help="Deprecated spelling of --only.")
 @click.option("--model", help="Instead of a sweep: a model path, hub id or fixture:<name>.")
 @click.option(
     "--name",
@@ -109,13 +113,15 @@ def _pick_cell(sweep: str, cell: str | None) -> Cell:
     "--dry-run", is_flag=True, help="Print every server's command line and env; start nothing."
 )
 @click.option(
-    "--check-argv",
-    is_flag=True,
-    help="With --dry-run: also run vLLM's own argument parser on each command line.",
+    "--check-argv/--no-check-argv",
+    default=True,
+    show_default=True,
+    help="With --dry-run: run each server's `vllm serve` argv through vLLM's own parser.",
 )
 def up(
     sweep,
     cell_name,
+    old_cell_name,
     model,
     model_name,
     prefill_tp,
@@ -132,8 +138,13 @@ def up(
 ) -> None:
     """Start a no-PD baseline and a PD topology (prefill + decode + proxy) for one cell, print the
     endpoints, and keep them up until Ctrl-C. For local debugging."""
+    if old_cell_name is not None:
+        deprecated("--cell", "--only")
+        if cell_name is not None:
+            raise click.UsageError("give the cell once, as --only (--cell is its old spelling)")
+        cell_name = old_cell_name
     if (sweep is None) == (model is None):
-        raise click.UsageError("give either a sweep file (with --cell) or --model (exactly one)")
+        raise click.UsageError("give either a sweep file (with --only) or --model (exactly one)")
     if sweep is not None:
         cell = _pick_cell(sweep, cell_name)
     else:

@@ -24,10 +24,12 @@ from pdcheck.config.schema import (
     ServingSettings,
     SweepSpec,
 )
+from pdcheck.contracts.server_records import (
+    Role as Role,  # re-exported: config names a cell's roles
+)
 from pdcheck.errors import ConfigError
 
 # The servers of a cell: the PD side's prefill and decode servers, and the no-PD baseline.
-Role = Literal["prefill", "decode", "baseline"]
 ROLES: tuple[Role, ...] = ("prefill", "decode", "baseline")
 # The two sides of a comparison: the no-PD baseline server, and the PD topology.
 Side = Literal["baseline", "pd"]

@@ -4,6 +4,7 @@
 - `plugin_files`: what the vLLM plugin leaves in its folder, and its injection records;
 - `forkserver`: the messages between a launcher and the vLLM fork server;
 - `records`: a records file's question records;
+- `server_records`: the servers a run folder records (cell.json) and their KV counters;
 - `vllm_names`: the few vLLM names pdcheck's processes outside vLLM need.
 
 Import-light by design (the standard library and msgspec, which vLLM depends on too): the

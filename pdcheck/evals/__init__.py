@@ -2,10 +2,11 @@
 
 from pdcheck.evals.dataset import TaskData, load_task
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs, read_records
-from pdcheck.evals.runner import arun_eval, run_eval
+from pdcheck.evals.runner import EvalJob, arun_eval, run_eval
 from pdcheck.evals.summary import EvalSummary
 
 __all__ = [
+    "EvalJob",
     "EvalSummary",
     "QuestionRecord",
     "TaskData",

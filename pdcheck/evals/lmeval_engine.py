@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,7 +32,8 @@ from pdcheck.evals.client import base_url, fetch_model_name
 from pdcheck.evals.dataset import Example, TaskData
 from pdcheck.evals.extract import FLEXIBLE_EXTRACT, LMEVAL_INVALID, STRICT_MATCH, lmeval_normalize
 from pdcheck.evals.prompts import prompt_sha256
-from pdcheck.evals.records import OnRecord, QuestionRecord, RecordWriter, ShouldStop, read_records
+from pdcheck.evals.records import QuestionRecord, RecordWriter, read_records
+from pdcheck.evals.runner import EvalJob
 from pdcheck.evals.summary import EvalSummary, summarize
 
 logger = logging.getLogger(__name__)
@@ -41,27 +42,15 @@ TASK_NAME = "pdcheck_gsm8k_local"
 _INSTALL_HINT = "the lm-eval engine needs lm-eval with its API extra: pip install 'lm-eval[api]'"
 
 
-def run_lmeval(
-    url: str,
-    task: TaskData,
-    *,
-    settings: EvalSettings,
-    concurrency: int,
-    out_path: str | Path,
-    model: str | None = None,
-    run_tag: str = "eval",
-    on_record: OnRecord | None = None,
-    should_stop: ShouldStop | None = None,
-    watchdog: Callable[[], None] | None = None,
-) -> EvalSummary:
-    """Run lm-eval's gsm8k on the selected questions and append their records to `out_path`.
+def run_lmeval(job: EvalJob) -> EvalSummary:
+    """Run lm-eval's gsm8k on the job's questions and append their records to `job.out_path`.
 
-    Questions already in `out_path` are asked again (lm-eval cannot skip them) but not written
-    twice. `run_tag` is unused: lm-eval sends no per-question request id. lm-eval asks every
-    question before pdcheck sees one, so `should_stop` only ends the writing: the records after
-    the stop are dropped and the summary covers those up to it. lm-eval cannot be interrupted
-    mid-run either: `watchdog` runs before it starts and after it returns, so answers from a
-    server that crashed meanwhile are never written.
+    Questions already in the file are asked again (lm-eval cannot skip them) but not written
+    twice. `job.run_tag` is unused: lm-eval sends no per-question request id. lm-eval asks every
+    question before pdcheck sees one, so `job.should_stop` only ends the writing: the records
+    after the stop are dropped and the summary covers those up to it. lm-eval cannot be
+    interrupted mid-run either: `job.watchdog` runs before it starts and after it returns, so
+    answers from a server that crashed meanwhile are never written.
     """
     try:
         import lm_eval
@@ -69,10 +58,9 @@ def run_lmeval(
         from lm_eval.tasks import TaskManager
     except ImportError as exc:
         raise ConfigError(f"{_INSTALL_HINT} ({exc})") from exc
-    if model is None:
-        model = asyncio.run(_model_name(base_url(url)))
+    task, settings, out_path, watchdog = job.task, job.settings, job.out_path, job.watchdog
+    model = job.model or asyncio.run(_model_name(base_url(job.url)))
     indices = task.indices(limit=settings.limit, offset=settings.offset)
-    out_path = Path(out_path)
     if watchdog is not None:
         watchdog()
     with tempfile.TemporaryDirectory(prefix="pdcheck-lmeval-") as tmp:
@@ -81,8 +69,8 @@ def run_lmeval(
             model="local-completions",
             model_args={
                 "model": model,
-                "base_url": f"{base_url(url)}/v1/completions",
-                "num_concurrent": concurrency,
+                "base_url": f"{base_url(job.url)}/v1/completions",
+                "num_concurrent": job.concurrency,
                 "tokenized_requests": False,
                 "tokenizer_backend": None,
                 "max_gen_toks": settings.max_tokens,
@@ -107,9 +95,9 @@ def run_lmeval(
             if record.index in done:
                 continue
             writer.write(record)
-            if on_record is not None:
-                on_record(record)
-            if should_stop is not None and should_stop(record):
+            if job.on_record is not None:
+                job.on_record(record)
+            if job.should_stop is not None and job.should_stop(record):
                 stopped, records = True, records[:n]
                 break
     return summarize(
@@ -121,7 +109,7 @@ def run_lmeval(
         engine="lm-eval",
         limit=settings.limit,
         offset=settings.offset,
-        concurrency=concurrency,
+        concurrency=job.concurrency,
         model=model,
         stopped=stopped,
     )

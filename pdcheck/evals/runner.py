@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,23 @@ def request_id(run_tag: str, index: int) -> str:
     return f"{run_tag}-q{index:05d}"
 
 
+@dataclass(frozen=True)
+class EvalJob:
+    """One eval: a task's selected questions against one URL at one concurrency, into one records
+    file. What every engine takes (`run_eval` builds it from its keywords)."""
+
+    url: str
+    task: TaskData
+    settings: EvalSettings
+    concurrency: int
+    out_path: Path
+    model: str | None = None  # None: ask the server's /v1/models
+    run_tag: str = "eval"
+    on_record: OnRecord | None = None
+    should_stop: ShouldStop | None = None
+    watchdog: Watchdog | None = None
+
+
 def run_eval(
     url: str,
     task: TaskData,
@@ -62,65 +79,54 @@ def run_eval(
     should_stop: ShouldStop | None = None,
     watchdog: Watchdog | None = None,
 ) -> EvalSummary:
-    """Run the eval with the engine `settings.engine` names; the arguments are `arun_eval`'s."""
-    engine: Callable[..., EvalSummary] = _run_pdcheck
-    if settings.engine == "lm-eval":
-        from pdcheck.evals.lmeval_engine import run_lmeval
-
-        engine = run_lmeval
-    return engine(
+    """Run the eval with the engine `settings.engine` names; the fields are `EvalJob`'s and their
+    meaning `arun_eval`'s."""
+    job = EvalJob(
         url,
         task,
-        settings=settings,
-        concurrency=concurrency,
-        out_path=out_path,
+        settings,
+        concurrency,
+        Path(out_path),
         model=model,
         run_tag=run_tag,
         on_record=on_record,
         should_stop=should_stop,
         watchdog=watchdog,
     )
+    if settings.engine == "lm-eval":
+        from pdcheck.evals.lmeval_engine import run_lmeval
 
-
-def _run_pdcheck(url: str, task: TaskData, **arguments: Any) -> EvalSummary:
+        return run_lmeval(job)
     # uvloop, as vLLM's own clients and pdcheck's proxy use: it takes ~30 µs of client CPU off
     # every question (benchmarks/bench_eval.py shows the floor on both loops).
-    return uvloop.run(arun_eval(url, task, **arguments))
+    return uvloop.run(arun_eval(job))
 
 
 async def arun_eval(
-    url: str,
-    task: TaskData,
+    job: EvalJob,
     *,
-    settings: EvalSettings,
-    concurrency: int,
-    out_path: str | Path,
-    model: str | None = None,
-    run_tag: str = "eval",
-    on_record: OnRecord | None = None,
-    should_stop: ShouldStop | None = None,
-    watchdog: Watchdog | None = None,
     max_attempts: int = 3,
     now: Callable[[], float] = time.perf_counter,
 ) -> EvalSummary:
-    """Ask every selected question once, append records to `out_path`, and summarize the file's records.
+    """Ask every selected question once, append records to `job.out_path`, and summarize the file's records.
 
-    `should_stop` sees each record once it is written; the first True cancels the questions still
-    asked or waiting, writes those that had finished, and returns the summary of the records on
-    file with `stopped` set (a resumed run asks the rest). `watchdog` is called every
-    `WATCHDOG_INTERVAL_S` while questions are asked; what it raises ends the run the same way
-    and is raised (a crashed server fails the run at once, not after its requests time out). `model` None asks the server's
-    /v1/models. Raises InfraError if the preflight request fails, ConfigError if `out_path` holds
-    records asked with other prompts.
+    `job.should_stop` sees each record once it is written; the first True cancels the questions
+    still asked or waiting, writes those that had finished, and returns the summary of the records
+    on file with `stopped` set (a resumed run asks the rest). `job.watchdog` is called every
+    `WATCHDOG_INTERVAL_S` while questions are asked; what it raises ends the run the same way and
+    is raised (a crashed server fails the run at once, not after its requests time out).
+    `job.model` None asks the server's /v1/models. Raises InfraError if the preflight request
+    fails, ConfigError if `job.out_path` holds records asked with other prompts.
     """
+    task, settings, concurrency, out_path = job.task, job.settings, job.concurrency, job.out_path
+    run_tag, model = job.run_tag, job.model
     if concurrency < 1:
         raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
-    out_path = Path(out_path)
     builder = PromptBuilder(task, PromptOptions.from_settings(settings))
     indices = task.indices(limit=settings.limit, offset=settings.offset)
     previous = _previous_records(out_path, builder, indices)
     todo = [i for i in indices if i not in previous]
-    root = base_url(url)
+    root = base_url(job.url)
     fresh: list[QuestionRecord] = []
     wall_s: float | None = None
     stopped = False
@@ -168,14 +174,16 @@ async def arun_eval(
                 sink.add((index, req.request_id, queue_s, outcome))
 
             with RecordWriter(out_path) as writer:
-                sink = RecordSink(writer, record_of, on_record=on_record, should_stop=should_stop)
+                sink = RecordSink(
+                    writer, record_of, on_record=job.on_record, should_stop=job.should_stop
+                )
                 tasks = [asyncio.ensure_future(ask(i, sink)) for i in todo]
                 everything = asyncio.gather(*tasks)
                 # Cancelled by a stop, the gather ends with a CancelledError nobody awaits: mark it
                 # retrieved, or asyncio logs it as lost.
                 everything.add_done_callback(lambda f: f.cancelled() or f.exception())
                 stop = asyncio.ensure_future(sink.stop.wait())
-                watch = asyncio.ensure_future(_watch(watchdog))
+                watch = asyncio.ensure_future(_watch(job.watchdog))
                 try:
                     await asyncio.wait(
                         (everything, stop, watch), return_when=asyncio.FIRST_COMPLETED

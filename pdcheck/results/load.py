@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from pdcheck.analysis.sequential import EarlyStop
 from pdcheck.config import Cell
 from pdcheck.config.cells import SIDES, Side
+from pdcheck.contracts.server_records import TopologyRecord
 from pdcheck.errors import ResultsFileError
 from pdcheck.evals.records import QuestionRecord, read_records
 from pdcheck.evals.summary import EvalSummary
@@ -38,7 +39,6 @@ from pdcheck.results.schema import (
     UnitFile,
     VerdictFile,
 )
-from pdcheck.serving.endpoints import TopologyRecord
 
 logger = logging.getLogger(__name__)
 

@@ -28,9 +28,8 @@ from pdcheck.analysis.transfer_evidence import PrefillerLogEvents
 from pdcheck.analysis.verdict import CellVerdict, Outcome, Status, Verdict
 from pdcheck.config.cells import Side
 from pdcheck.contracts.plugin_files import InjectionRecord
+from pdcheck.contracts.server_records import KvTransferMetrics, TopologyRecord
 from pdcheck.evals.summary import EvalSummary
-from pdcheck.serving.endpoints import TopologyRecord
-from pdcheck.serving.metrics import KvTransferMetrics
 
 T = TypeVar("T")
 

@@ -73,7 +73,7 @@ from pdcheck.results.schema import (
 )
 
 if TYPE_CHECKING:
-    from pdcheck.serving.endpoints import TopologyRecord
+    from pdcheck.contracts.server_records import TopologyRecord
 
 __all__ = [
     "SIDES",

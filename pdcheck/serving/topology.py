@@ -22,8 +22,9 @@ from pdcheck.contracts.plugin_files import (
     ActivationMarker,
     read_activation_markers,
 )
+from pdcheck.contracts.server_records import ServerRecord, TopologyRecord
 from pdcheck.errors import InfraError
-from pdcheck.serving.endpoints import Endpoints, ServerRecord, TopologyRecord
+from pdcheck.serving.endpoints import Endpoints
 from pdcheck.serving.forkserver import FORK_SERVERS, FORKSERVER_ENV, ForkServers, forkable
 from pdcheck.serving.metrics import metrics_url
 from pdcheck.serving.plan import ServerPlan, TopologyPlan

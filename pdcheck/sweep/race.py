@@ -1,4 +1,4 @@
-"""Run the race harness as part of a sweep: `pdcheck race --json` in a subprocess of the arm's python.
+"""Run the race harness as part of a sweep: `pdcheck race --out FILE` in a subprocess of the arm's python.
 
 A subprocess, not an import: the sweep layer never imports vLLM, and the harness must run in
 the python whose vLLM is under test. Its exit code is the verdict (0 clean, 1 findings, 2 the
@@ -37,7 +37,7 @@ def race_argv(settings: RaceSettings, *, python: str, json_path: Path) -> list[s
     ]
     for variant in settings.variants:
         argv += ["--variant", variant]
-    return [*argv, "--json", str(json_path)]
+    return [*argv, "--out", str(json_path)]
 
 
 class RaceRun:

@@ -272,7 +272,7 @@ def test_gpu_first_contact_records_vllms_decisions_and_skips_the_gpu_parts(build
     """`pdcheck doctor --gpu-smoke` on the CUDA build without a GPU: the record validates against
     its schema, holds vLLM's decisions for every server of the smoke sweep (CUDA, V2 runner,
     spawned EngineCore), and says why the servers and the measured d were skipped."""
-    from pdcheck.cli.gpu_smoke import GpuSmokeRecord
+    from pdcheck.sweep.gpu_smoke import GpuSmokeRecord
 
     out = tmp_path / "first-contact.json"
     proc = build.run(["-m", "pdcheck", "doctor", "--gpu-smoke", str(out)], timeout_s=1800)

@@ -11,11 +11,8 @@ import subprocess
 import sys
 import time
 
-from pdcheck.config import EvalSettings
-from pdcheck.evals import read_records, run_eval
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.unit.evals.conftest import make_task
-from tests.unit.evals.test_runner import _answer_right, _asked_indices
+from pdcheck.evals import read_records
+from tests.unit.evals.conftest import rerun_asks_exactly_the_missing
 
 
 def test_sigkill_after_writes_loses_no_record(tmp_path):
@@ -57,18 +54,7 @@ def test_sigkill_mid_run_then_resume_asks_exactly_the_unwritten_questions(tmp_pa
     kept = [r.index for r in read_records(out)]
     assert len(kept) >= 25, "a record is written before on_record hears of it"
     assert len(kept) < 80 and len(set(kept)) == len(kept)
-    with FakeOpenAIServer(_answer_right) as server:
-        summary = run_eval(
-            server.url,
-            make_task(n_test=80),
-            settings=EvalSettings(shots=1),
-            concurrency=8,
-            out_path=out,
-            model="m",
-        )
-        asked = _asked_indices(server)
-    assert asked == sorted(set(range(80)) - set(kept))
-    assert sorted(r.index for r in read_records(out)) == list(range(80)) and summary.n == 80
+    rerun_asks_exactly_the_missing(out, 80, concurrency=8)
 
 
 def test_offline_without_cache_fails_fast_with_how_to(tmp_path):

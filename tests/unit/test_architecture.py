@@ -57,7 +57,7 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "serving": {"config", "contracts", "errors"},
     "evals": {"config", "contracts", "errors"},
     "analysis": {"config", "contracts", "evals", "errors"},
-    "results": {"analysis", "config", "contracts", "evals", "serving", "errors"},
+    "results": {"analysis", "config", "contracts", "evals", "errors"},
     "report": {"analysis", "config", "contracts", "evals", "results", "errors"},
     "sweep": {"analysis", "config", "contracts", "evals", "serving", "results", "report", "errors"},
     "cli": {"*"},

@@ -26,7 +26,7 @@ from scipy import stats
 
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.family import FamilyMember, decide_family
-from tests.unit.analysis.test_simulation import ALPHA, MARGIN_PTS, N, _simulate
+from tests.unit.analysis.test_simulation import ALPHA, MARGIN_PTS, N, simulate
 
 CELLS, LEVELS = 8, 3
 TESTS = CELLS * LEVELS
@@ -71,7 +71,7 @@ def simulate_clean_sweeps(
         family_size=planned,
         early_stop=early_stop,
     )
-    seq_p, within, _ = _simulate(rng, design, [d / 2] * TESTS, [d / 2] * TESTS, sims)
+    seq_p, within, _ = simulate(rng, design, [d / 2] * TESTS, [d / 2] * TESTS, sims)
     suspect_p = _suspect_p(rng, repeats=repeats, rate=d / 2, sims=sims) if suspect else None
     smallest = seq_p.min(axis=1)
     if suspect_p is not None:

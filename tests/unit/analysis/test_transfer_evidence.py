@@ -9,7 +9,7 @@ from pdcheck.analysis.transfer_evidence import (
     transfer_evidence,
 )
 from pdcheck.contracts.kv_lease import DEFAULT_LEASE_S, KvLease, kv_lease
-from pdcheck.serving.metrics import KvTransferMetrics
+from pdcheck.contracts.server_records import KvTransferMetrics
 
 # As vLLM 0.32's NIXL worker logs them (base_worker.py, pull_worker.py), with the logger prefix.
 LOG = """\

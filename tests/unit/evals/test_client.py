@@ -11,6 +11,7 @@ from aiohttp import web
 
 from pdcheck.evals.client import CompletionRequest, base_url, complete, parse_response
 from tests.fakes.openai_server import FakeOpenAIServer, echo_completion
+from tests.unit.hung_server import hung_server
 
 
 def _run(url: str, body: dict, **kwargs):
@@ -56,7 +57,7 @@ def test_garbage_answers_are_errors_with_the_reason(responder, reason, status):
 
 def test_timeout_is_an_error():
     """A server slower than the per-request timeout gives ok=False 'timed out', not an exception."""
-    with FakeOpenAIServer(delay_s=2.0) as server:
+    with hung_server() as server:
         outcome = _run(server.url + "/v1/completions", {"prompt": "p"}, timeout_s=0.2)
     assert not outcome.ok and outcome.error == "timed out after 0.2 s"
     assert outcome.attempts == 1

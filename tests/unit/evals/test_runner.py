@@ -14,14 +14,12 @@ from pdcheck.errors import ConfigError, InfraError
 from pdcheck.evals import read_records, run_eval
 from pdcheck.evals.records import RecordWriter
 from tests.fakes.openai_server import FakeOpenAIServer, echo_completion
-from tests.unit.evals.conftest import make_task
-
-
-def _answer_right(body):
-    """Answers 'What is i + i?' correctly, from the last question in the prompt."""
-    question = body["prompt"].rsplit("Question: What is ", 1)[1]
-    i = int(question.split(" ", 1)[0])
-    return echo_completion(body, text=f" {i} + {i} = {2 * i}.\n#### {2 * i}")
+from tests.unit.evals.conftest import (
+    answer_right,
+    asked_indices,
+    make_task,
+    rerun_asks_exactly_the_missing,
+)
 
 
 def test_exactly_n_requests_in_flight(tmp_path):
@@ -44,7 +42,7 @@ def test_requests_carry_ids_model_and_scores(tmp_path):
     """Every question is sent with X-Request-Id <tag>-q<index:05d> and the model; records hold its score."""
     task = make_task(n_test=5)
     out = tmp_path / "r.jsonl"
-    with FakeOpenAIServer(_answer_right) as server:
+    with FakeOpenAIServer(answer_right) as server:
         summary = run_eval(
             server.url + "/v1",
             task,
@@ -74,7 +72,7 @@ def test_failed_requests_are_errors_not_wrong_answers(tmp_path):
             return echo_completion(body)
         if "What is 1 +" in body["prompt"] or "What is 4 +" in body["prompt"]:
             return web.Response(status=500, text="boom")
-        return _answer_right(body)
+        return answer_right(body)
 
     with FakeOpenAIServer(flaky) as server:
         summary = run_eval(
@@ -98,7 +96,7 @@ def test_resume_asks_only_missing_and_failed_questions(tmp_path):
     task = make_task(n_test=10)
     out = tmp_path / "r.jsonl"
     settings = EvalSettings(shots=1)
-    with FakeOpenAIServer(_answer_right) as server:
+    with FakeOpenAIServer(answer_right) as server:
         run_eval(
             server.url,
             task,
@@ -119,7 +117,7 @@ def test_resume_asks_only_missing_and_failed_questions(tmp_path):
             )
     with open(out, "a") as f:
         f.write('{"index": 7, "prompt_sha')
-    with FakeOpenAIServer(_answer_right) as server:
+    with FakeOpenAIServer(answer_right) as server:
         summary = run_eval(
             server.url, task, settings=settings, concurrency=2, out_path=out, model="m"
         )
@@ -269,14 +267,6 @@ def test_chat_style_posts_messages_to_chat_completions(tmp_path):
     )
 
 
-def _asked_indices(server) -> list[int]:
-    return sorted(
-        int(h["X-Request-ID"].rsplit("q", 1)[1])
-        for h in server.headers
-        if "-q" in h["X-Request-ID"]
-    )
-
-
 def test_an_error_in_the_record_path_stops_the_run_and_keeps_finished_records(tmp_path):
     """An exception while recording (here the progress callback) ends the run with it; records written stay usable."""
     out = tmp_path / "r.jsonl"
@@ -284,7 +274,7 @@ def test_an_error_in_the_record_path_stops_the_run_and_keeps_finished_records(tm
     def on_record(record):
         raise RuntimeError("progress display broke")
 
-    with FakeOpenAIServer(_answer_right, delay_s=0.005) as server:
+    with FakeOpenAIServer(answer_right, delay_s=0.005) as server:
         with pytest.raises(RuntimeError, match="progress display broke"):
             run_eval(
                 server.url,
@@ -302,17 +292,7 @@ def test_an_error_in_the_record_path_stops_the_run_and_keeps_finished_records(tm
         and len(set(kept)) == len(kept)
         and all(r.ok for r in read_records(out))
     )
-    with FakeOpenAIServer(_answer_right) as server:
-        summary = run_eval(
-            server.url,
-            make_task(n_test=40),
-            settings=EvalSettings(shots=1),
-            concurrency=4,
-            out_path=out,
-            model="m",
-        )
-        assert _asked_indices(server) == sorted(set(range(40)) - set(kept))
-    assert summary.n == 40 and summary.accuracy == 1.0
+    assert rerun_asks_exactly_the_missing(out, 40, concurrency=4).accuracy == 1.0
 
 
 def test_should_stop_cancels_the_rest_and_returns_a_stopped_summary(tmp_path):
@@ -325,7 +305,7 @@ def test_should_stop_cancels_the_rest_and_returns_a_stopped_summary(tmp_path):
         seen.append(record.index)
         return len(seen) == 5
 
-    with FakeOpenAIServer(_answer_right, delay_s=0.02) as server:
+    with FakeOpenAIServer(answer_right, delay_s=0.02) as server:
         summary = run_eval(
             server.url,
             make_task(n_test=60),
@@ -335,20 +315,10 @@ def test_should_stop_cancels_the_rest_and_returns_a_stopped_summary(tmp_path):
             model="m",
             should_stop=should_stop,
         )
-        asked = _asked_indices(server)
+        asked = asked_indices(server)
     kept = [r.index for r in read_records(out)]
     assert summary.stopped and summary.n == len(kept) and summary.accuracy == 1.0
     assert 5 <= len(kept) < 5 + 4 * 2, "at most the questions in flight finish after the stop"
     assert len(seen) == 5, "should_stop is not asked again once it said stop"
     assert len(asked) < 60 and len(set(kept)) == len(kept)
-    with FakeOpenAIServer(_answer_right) as server:
-        again = run_eval(
-            server.url,
-            make_task(n_test=60),
-            settings=EvalSettings(shots=1),
-            concurrency=4,
-            out_path=out,
-            model="m",
-        )
-        assert _asked_indices(server) == sorted(set(range(60)) - set(kept))
-    assert again.n == 60 and not again.stopped
+    rerun_asks_exactly_the_missing(out, 60, concurrency=4)

@@ -18,11 +18,10 @@ import pytest
 from pdcheck.analysis.kv_digest import DigestMismatch, KvDigestSummary
 from pdcheck.analysis.verdict import Status
 from pdcheck.config import SweepSpec, expand_cells
+from pdcheck.contracts.server_records import KvTransferMetrics, TopologyRecord
 from pdcheck.evals.records import QuestionRecord, TokenLogprobs
 from pdcheck.results.schema import KvEvidence, RaceOutcome, SweepInfo
 from pdcheck.results.store import Provenance, create_run
-from pdcheck.serving.endpoints import TopologyRecord
-from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.finish import finish_run
 from pdcheck.sweep.judging import judge_level
 from pdcheck.sweep.plan import Unit

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from pdcheck.contracts.server_records import KvTransferMetrics
 from pdcheck.report.exactness import exactness_section
 from pdcheck.report.markdown import render_markdown
 from pdcheck.report.prefix_cache import prefix_cache_section
 from pdcheck.results.load import load_run
 from pdcheck.results.schema import KvEvidence
 from pdcheck.results.store import CellStore
-from pdcheck.serving.metrics import KvTransferMetrics
 from tests.unit.report.conftest import CellPlan
 
 EXACT_CPU = {"bit_exact": True, "platform": "cpu"}

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pdcheck.contracts.server_records import ServerPorts, ServerRecord, TopologyRecord
 from pdcheck.report import render_markdown
 from pdcheck.results import load_run
 from pdcheck.results.store import open_run
-from pdcheck.serving.argv import ServerPorts
-from pdcheck.serving.endpoints import ServerRecord, TopologyRecord
 
 from .conftest import CellPlan
 

@@ -22,6 +22,7 @@ def test_up_dry_run_prints_every_server_and_the_proxy(capsys, tmp_path):
             "--run-dir",
             str(tmp_path),
             "--dry-run",
+            "--no-check-argv",  # vLLM's parser runs in a child; tests/unit/test_cli_dialect.py
         ]
     )
     out = capsys.readouterr().out
@@ -48,7 +49,7 @@ def test_up_needs_exactly_one_source(capsys):
 
 
 def test_up_with_a_multi_cell_sweep_lists_the_cells(capsys):
-    """A sweep with several cells and no --cell is refused with the cell names (exit 3)."""
+    """A sweep with several cells and no --only is refused with the cell names (exit 3)."""
     assert main(["up", "cpu-smoke", "--dry-run"]) == ExitCode.CONFIG
     assert "tiny-llama-p1x1-d1x1-sync-fixes-on" in capsys.readouterr().err
 

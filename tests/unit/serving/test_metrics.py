@@ -6,9 +6,10 @@ import math
 
 import pytest
 
+from pdcheck.contracts.server_records import KvTransferMetrics
 from pdcheck.serving.metrics import (
-    KvTransferMetrics,
     parse_prometheus,
+    read_kv_metrics,
     scrape_kv_metrics,
 )
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -45,7 +46,7 @@ def test_malformed_line_is_an_error_not_zero():
 def test_kv_metrics_sum_over_engines_and_delta():
     """External-KV tokens sum over engines; `minus` gives what one run added, and keeps how many
     engines export NIXL's counters (not a counter)."""
-    after = KvTransferMetrics.from_prometheus(EXPOSITION)
+    after = read_kv_metrics(EXPOSITION)
     engines = float(EXPOSITION.count("vllm:nixl_xfer_time_seconds_count"))
     assert after == KvTransferMetrics(1234.0, 20.0, 20.0, 5242880.0, 1.0, 7.0, engines)
     before = KvTransferMetrics(1000.0, 10.0, 15.0, 4194304.0, 1.0, 3.0, engines)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pdcheck.serving.metrics import KvTransferMetrics
+from pdcheck.contracts.server_records import KvTransferMetrics
+from pdcheck.serving.metrics import read_kv_metrics
 
 EXPOSITION = """\
 # TYPE vllm:prompt_tokens_by_source_total counter
@@ -15,7 +16,7 @@ vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="external_kv
 def test_local_cache_hits_are_read_apart_from_transferred_tokens():
     """local_cache_hit tokens are the decoder's own prefix-cache hits, counted apart from the
     tokens it read from the prefiller and those it computed."""
-    m = KvTransferMetrics.from_prometheus(EXPOSITION)
+    m = read_kv_metrics(EXPOSITION)
     assert (m.local_cache_hit_tokens, m.external_kv_tokens, m.local_compute_tokens) == (
         640.0,
         900.0,

@@ -18,6 +18,7 @@ from pdcheck.serving.proxy import (
     prefill_request,
 )
 from tests.fakes.openai_server import FakeOpenAIServer, echo_completion
+from tests.unit.hung_server import hung_server
 
 
 def prefiller(body):
@@ -191,12 +192,14 @@ def test_a_failing_side_gives_502_naming_it(case, side, reason):
 
 def test_a_hung_side_times_out_instead_of_hanging():
     """A prefiller that never answers gives a 502 after the prefill timeout, not a hang."""
-    with FakeOpenAIServer(prefiller, delay_s=5) as p, FakeOpenAIServer() as d:
-        with ProxyServer(PdProxy([p.url], [d.url], timeouts=ProxyTimeouts(prefill_s=0.3))) as proxy:
+    with hung_server(prefiller) as p, FakeOpenAIServer() as d:
+        with ProxyServer(PdProxy([p.url], [d.url], timeouts=ProxyTimeouts(prefill_s=0.2))) as proxy:
             t0 = time.monotonic()
             status, raw = post(proxy.url, {"prompt": "Q"})
-            assert time.monotonic() - t0 < 3
-    assert status == 502 and "within 0.3 s" in json.loads(raw)["error"]["reason"]
+            elapsed = time.monotonic() - t0
+            still_hung = p.in_flight == 1
+    assert status == 502 and "within 0.2 s" in json.loads(raw)["error"]["reason"]
+    assert 0.2 <= elapsed < 2 and still_hung
 
 
 def test_health_reports_backends_and_metrics_count_requests():

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
+from pdcheck.contracts.server_records import ServerPorts
 from pdcheck.errors import ExitCode, GpuInventoryError
-from pdcheck.serving.argv import ServerPorts
 from pdcheck.serving.plan import ServerPlan
 from pdcheck.serving.ray_hosts import write_changes
 from pdcheck.serving.ray_placement import (

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from pdcheck.contracts.server_records import ServerPorts
 from pdcheck.errors import ServerCrashed
 from pdcheck.serving import ray_hosts
-from pdcheck.serving.argv import ServerPorts
 from pdcheck.serving.forkserver import FORKSERVER_ENV
 from pdcheck.serving.plan import ServerPlan
 from pdcheck.serving.ray_hosts import NodeLost, RayServerProcess

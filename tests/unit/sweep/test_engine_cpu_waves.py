@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import shutil
@@ -15,12 +16,26 @@ from pdcheck.results.store import Provenance, create_run, load_run
 from pdcheck.serving import Endpoints
 from pdcheck.sweep.engine import Engine, SweepOptions
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.unit.sweep.conftest import answering
+from tests.unit.sweep.conftest import LIMIT, answering
 
 
 def _timed(responder, times: list[float]):
     def respond(body):
         times.append(time.monotonic())
+        return responder(body)
+
+    return respond
+
+
+def _slow_after(responder, requests: int, delay_s: float):
+    """`responder`, answering each request after the first `requests` only after `delay_s`."""
+    seen = 0
+
+    async def respond(body):
+        nonlocal seen
+        seen += 1
+        if seen > requests:
+            await asyncio.sleep(delay_s)
         return responder(body)
 
     return respond
@@ -74,14 +89,18 @@ def test_a_cpu_wave_starts_its_servers_together_and_asks_one_level_behind(
     sweep_file, gold_by_question, tmp_path
 ):
     """The baseline, the clean PD job and the canary (one prefill key) are one wave: every job's
-    servers are up before the first question, and each job asks at a level once the job before
+    servers are up while the baseline still asks its c1 (not one job after another), and each job asks at a level once the job before
     it is done with that level, so the canary stops early against its baseline, and the clean
     job's c1 runs beside the baseline's c4."""
     times: dict[str, list[float]] = {"baseline": [], "fixes-on": [], "inject-zero": []}
     right = answering(gold_by_question)
     with (
-        # The baseline answers slowly, so its c4 outlasts the clean job's wake-up.
-        FakeOpenAIServer(_timed(right, times["baseline"]), delay_s=0.2) as base,
+        # The baseline answers its c4 (after c1's preflight and questions) slowly, so that it
+        # outlasts the clean job's wake-up, and its c1 not at once, so that the other jobs'
+        # servers come up meanwhile.
+        FakeOpenAIServer(
+            _slow_after(_timed(right, times["baseline"]), 1 + LIMIT, 0.05), delay_s=0.01
+        ) as base,
         FakeOpenAIServer(_timed(right, times["fixes-on"])) as clean,
         FakeOpenAIServer(
             _timed(answering(gold_by_question, wrong=True), times["inject-zero"])
@@ -104,14 +123,14 @@ def test_a_cpu_wave_starts_its_servers_together_and_asks_one_level_behind(
         ).run()
 
     assert "1 waves" in events[0].message
-    assert max(backend.up.values()) < min(min(t) for t in times.values()), (
-        "every job of the wave had its servers before any question was asked"
-    )
     asked = {
         "baseline": _asked_at(base, times["baseline"]),
         "fixes-on": _asked_at(clean, times["fixes-on"]),
         "inject-zero": _asked_at(canary, times["inject-zero"]),
     }
+    assert max(backend.up.values()) < max(asked["baseline"][1]), (
+        "every job of the wave had its servers while the baseline still asked its c1"
+    )
     for level in (1, 4):
         assert max(asked["baseline"][level]) < min(asked["fixes-on"][level])
     assert max(asked["fixes-on"][1]) < min(asked["inject-zero"][1])
@@ -148,7 +167,7 @@ def test_a_resumed_wave_does_not_wait_for_levels_done_in_the_earlier_run(
 
     times: dict[str, list[float]] = {"baseline": [], "pd": []}
     with (
-        FakeOpenAIServer(_timed(right, times["baseline"]), delay_s=0.2) as base,
+        FakeOpenAIServer(_timed(right, times["baseline"]), delay_s=0.05) as base,
         FakeOpenAIServer(_timed(right, times["pd"])) as pd,
     ):
         urls = {"fixes-on": pd.url, "inject-zero": pd.url}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.config import SweepSpec, expand_cells
+from pdcheck.contracts.server_records import TopologyRecord
 from pdcheck.results.load import load_run
-from pdcheck.serving.endpoints import TopologyRecord
 from pdcheck.sweep.judging import level_exact_check
 from tests.unit.analysis.builders import record
 from tests.unit.report.conftest import CellPlan, write_run

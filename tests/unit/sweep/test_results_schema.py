@@ -12,6 +12,7 @@ import pytest
 from pdcheck.analysis.verdict import Status, Verdict
 from pdcheck.config import expand_cells, load_sweep
 from pdcheck.contracts.plugin_files import InjectionRecord
+from pdcheck.contracts.server_records import ServerPorts, ServerRecord, TopologyRecord
 from pdcheck.errors import ConfigError, ResultsFileError
 from pdcheck.results.schema import (
     CellFile,
@@ -30,8 +31,6 @@ from pdcheck.results.schema import (
 )
 from pdcheck.results.store import Provenance, create_run, load_run
 from pdcheck.serving import Endpoints
-from pdcheck.serving.argv import ServerPorts
-from pdcheck.serving.endpoints import ServerRecord, TopologyRecord
 from pdcheck.sweep.engine import Engine, SweepOptions
 from pdcheck.sweep.plan import Unit
 from pdcheck.vllm_plugin.marker import InjectionLog

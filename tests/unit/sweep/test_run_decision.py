@@ -9,9 +9,9 @@ from pdcheck.analysis.transfer_evidence import PrefillerLogEvents
 from pdcheck.analysis.verdict import Verdict
 from pdcheck.cli import main
 from pdcheck.config import SweepSpec, expand_cells, load_sweep
+from pdcheck.contracts.server_records import KvTransferMetrics
 from pdcheck.results import load_run
 from pdcheck.results.store import CellStore, open_run
-from pdcheck.serving.metrics import KvTransferMetrics
 from pdcheck.sweep.judging import (
     apply_family,
     clean_level_designs,

@@ -8,12 +8,12 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from pdcheck.analysis.verdict import CellVerdict, Status, Verdict, judge
+from pdcheck.contracts.server_records import KvTransferMetrics
 from pdcheck.evals.records import QuestionRecord, RecordWriter
 from pdcheck.report.junit import render_junit
 from pdcheck.results.schema import STORE_SCHEMA_VERSION, KvEvidence, SweepInfo
 from pdcheck.results.store import Provenance, create_run, load_run
 from pdcheck.results.summary import summarize
-from pdcheck.serving.metrics import KvTransferMetrics
 from tests.unit.sweep.builders import unit_summary
 
 PROV = Provenance(vllm_version="0.32.0", vllm_commit="abc123", dataset_sha256="d" * 64)

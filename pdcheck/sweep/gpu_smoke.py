@@ -1,4 +1,4 @@
-"""`pdcheck doctor --gpu-smoke FILE`: first contact with a GPU box, recorded in one JSON file.
+"""First contact with a GPU box (`pdcheck doctor --gpu-smoke FILE`), recorded in one JSON file.
 
 What a maintainer runs first on a new machine, before trusting a gate there. It reuses the
 sweep engine on a small embedded sweep (Qwen3-0.6B, 1P1D, async on, concurrency 8, 200 GSM8K
