@@ -143,6 +143,7 @@ _NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
 SERVING_MUTANT_NAMES: dict[str, tuple[str, ...]] = {
     "early-free": (f"{_NIXL}.pull_scheduler:NixlPullConnectorScheduler.request_finished",),
     "short-block-count": (f"{_NIXL}.pull_worker:NixlPullConnectorWorker._read_blocks",),
+    "boundary-short-read": (f"{_NIXL}.pull_worker:NixlPullConnectorWorker._read_blocks",),
     "hybrid-guard-inverted": (
         f"{_NIXL}.base_scheduler:NixlBaseConnectorScheduler._truncate_request_for_prefill",
         f"{_NIXL}.base_scheduler:NixlBaseConnectorScheduler._prefill_backoff",

@@ -10,6 +10,10 @@ patch to vLLM 0.32's NIXL connector that breaks what a decoder reads; pdcheck's 
   the read (on CPU only with another request in flight: concurrency above 1).
 - ``short-block-count``: the decoder reads floor(tokens / block size) blocks instead of the
   ceiling, so the partly filled last block is never read.
+- ``boundary-short-read``: the decoder reads one block fewer when the prompt's token count is an
+  exact multiple of the block size (an off-by-one in the block count that acts only on a
+  boundary), so the full last block is never read. It needs a workload whose prompts end on a
+  block boundary (the `edges` eval setting).
 - ``hybrid-guard-inverted``: the prefiller's "stop one token early" guard for Mamba/GDN hybrids
   does not fire, so it computes the last prompt token too and sends h(N) where the decoder
   expects h(N-1); the decoder then applies token N a second time.
@@ -66,31 +70,43 @@ def _early_free(orig: Callable[..., Any]) -> Callable[..., Any]:
     return request_finished
 
 
-def _short_block_count(orig: Callable[..., Any]) -> Callable[..., Any]:
-    from vllm.v1.kv_cache_interface import MambaSpec
+def _one_block_fewer(acts: Callable[[int, int], bool]) -> Callable[..., Any]:
+    """A `_read_blocks` mutant that drops each attention group's last block from the read when
+    `acts(remote tokens, block size)`; Mamba/GDN groups are read whole."""
 
-    @functools.wraps(orig)
-    def _read_blocks(self: Any, read_spec: Any, dst_engine_id: str, request_id: str, *a, **k):
-        meta = self._recving_metadata.get(request_id)
-        num_tokens = None if meta is None or meta.remote is None else meta.remote.num_tokens
-        if num_tokens and num_tokens % self.block_size and any(read_spec.local_block_ids):
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        from vllm.v1.kv_cache_interface import MambaSpec
 
-            def floor(groups: Any) -> list[list[int]]:
-                return [
-                    list(ids)
-                    if issubclass(self._group_spec_types[g], MambaSpec)
-                    else list(ids[:-1])
-                    for g, ids in enumerate(groups)
-                ]
+        @functools.wraps(orig)
+        def _read_blocks(self: Any, read_spec: Any, dst_engine_id: str, request_id: str, *a, **k):
+            meta = self._recving_metadata.get(request_id)
+            num_tokens = None if meta is None or meta.remote is None else meta.remote.num_tokens
+            if num_tokens and acts(num_tokens, self.block_size) and any(read_spec.local_block_ids):
 
-            read_spec = dataclasses.replace(
-                read_spec,
-                local_block_ids=floor(read_spec.local_block_ids),
-                remote_block_ids=floor(read_spec.remote_block_ids),
-            )
-        return orig(self, read_spec, dst_engine_id, request_id, *a, **k)
+                def drop_last(groups: Any) -> list[list[int]]:
+                    return [
+                        list(ids)
+                        if issubclass(self._group_spec_types[g], MambaSpec)
+                        else list(ids[:-1])
+                        for g, ids in enumerate(groups)
+                    ]
 
-    return _read_blocks
+                read_spec = dataclasses.replace(
+                    read_spec,
+                    local_block_ids=drop_last(read_spec.local_block_ids),
+                    remote_block_ids=drop_last(read_spec.remote_block_ids),
+                )
+            return orig(self, read_spec, dst_engine_id, request_id, *a, **k)
+
+        return _read_blocks
+
+    return make
+
+
+# floor(tokens / block size) blocks instead of the ceiling: acts on every partly filled last block.
+_short_block_count = _one_block_fewer(lambda tokens, block_size: tokens % block_size != 0)
+# One block short only when the tokens end exactly on a block boundary.
+_boundary_short_read = _one_block_fewer(lambda tokens, block_size: tokens % block_size == 0)
 
 
 def _hybrid_guard_inverted(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -135,6 +151,7 @@ def _prefix_hit_wrong_end(orig: Callable[..., Any]) -> Callable[..., Any]:
 _MAKERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "early-free": _early_free,
     "short-block-count": _short_block_count,
+    "boundary-short-read": _boundary_short_read,
     "hybrid-guard-inverted": _hybrid_guard_inverted,
     "load-finished-early": _load_finished_early,
     "prefix-hit-wrong-end": _prefix_hit_wrong_end,

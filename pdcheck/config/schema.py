@@ -244,6 +244,30 @@ class Matrix(_Strict):
 Selector = dict[str, str | int | bool | None]
 
 
+class EdgePrompt(_Strict):
+    """One boundary prompt: test question `index` asked after the train items `shots` (in
+    order) in place of the style's own shots, `tokens` long by the model's tokenizer."""
+
+    index: Annotated[int, Field(ge=0)]
+    shots: tuple[Annotated[int, Field(ge=0)], ...]
+    tokens: PositiveInt
+
+
+class EdgePlan(_Strict):
+    """What the plan chose for `edges` (pdcheck/evals/edges.py): the prompts whose token
+    counts land on the block boundaries of `block_size`, and what the window then covers."""
+
+    block_size: PositiveInt
+    # 1 for a Mamba/GDN hybrid: its prefiller sends N-1 tokens of an N-token prompt.
+    held_back: Annotated[int, Field(ge=0, le=1)] = 0
+    prompts: tuple[EdgePrompt, ...] = ()
+    targets: tuple[PositiveInt, ...] = ()
+    # How many of the window's prompts have each target's length (parallel to `targets`), and
+    # the fewest and most blocks a prompt spans, by the tokenizer at plan time.
+    planned_hits: tuple[Annotated[int, Field(ge=0)], ...] = ()
+    planned_blocks: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] = (0, 0)
+
+
 class EvalSettings(_Strict):
     task: Literal["gsm8k", "gsm8k-synth"] = "gsm8k"
     # Local folder with test.jsonl/train.jsonl; None: $PDCHECK_GSM8K_DIR, then `datasets`.
@@ -261,6 +285,19 @@ class EvalSettings(_Strict):
     # Send no stop strings: thinking models (Qwen3.5) write them inside their reasoning.
     no_stop: bool = False
     request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    # Ask prompts whose token counts land at k*B-1, k*B and k*B+1 for the servers' block size B
+    # (docs/sweep-files.md, "Block-boundary prompts"); the plan fills in `edge_plan`.
+    edges: bool = False
+    edge_plan: EdgePlan | None = None
+
+    @model_validator(mode="after")
+    def _edges_need_pdcheck_prompts(self) -> EvalSettings:
+        if (self.edges or self.edge_plan is not None) and self.engine != "pdcheck":
+            raise ValueError(
+                "eval.edges needs engine 'pdcheck': lm-eval builds its own prompts, so the "
+                "boundary prompts' shots cannot be chosen; set edges: false or engine: pdcheck"
+            )
+        return self
 
 
 class AnalysisPolicy(_Strict):

@@ -8,6 +8,7 @@ breaks and applies it.
 MUTANTS: tuple[str, ...] = (
     "early-free",
     "short-block-count",
+    "boundary-short-read",
     "hybrid-guard-inverted",
     "load-finished-early",
     "prefix-hit-wrong-end",

@@ -11,13 +11,17 @@
   `chat_template_kwargs`, and optionally without stop strings (thinking models write them).
 
 Unlike vLLM's script, the `model` field is always sent: proxies route on it.
+
+A block-boundary prompt (`eval.edges`, pdcheck/evals/edges.py) is its question asked after the
+train items the plan chose in place of the style's shots, in the same layout.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pdcheck.config import EvalSettings
@@ -47,6 +51,8 @@ class PromptOptions:
     # vLLM's extensions: generated token ids, and logprob tokens as "token_id:N"; other servers
     # may refuse these fields (the runner's preflight then turns this off).
     token_ids: bool = True
+    # Test index -> the train items its block-boundary prompt is asked after (eval.edge_plan).
+    edge_shots: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: EvalSettings) -> PromptOptions:
@@ -57,6 +63,9 @@ class PromptOptions:
             logprobs=settings.logprobs,
             chat_template_kwargs=settings.chat_template_kwargs,
             stop=not settings.no_stop,
+            edge_shots={p.index: p.shots for p in settings.edge_plan.prompts}
+            if settings.edge_plan
+            else {},
         )
 
     @property
@@ -71,6 +80,11 @@ def format_shot(example: Example) -> str:
 
 def format_question(example: Example) -> str:
     return f"Question: {example.question}\nAnswer:"
+
+
+def shots_text(task: TaskData, train_indices: Sequence[int]) -> str:
+    """The few-shot text of these train items, in order."""
+    return "".join(format_shot(task.train[i]) for i in train_indices)
 
 
 def lmeval_shot_indices(
@@ -98,6 +112,9 @@ class PromptBuilder:
         self._lmeval_shots: list[list[int]] = []
 
     def _shots_for(self, index: int) -> str:
+        edge = self.options.edge_shots.get(index)
+        if edge is not None:
+            return shots_text(self.task, edge)
         if self._shots_shared:
             return self._shared_prefix
         if index >= len(self._lmeval_shots):
@@ -106,7 +123,7 @@ class PromptBuilder:
                 shots=self.options.shots,
                 count=max(index + 1, len(self.task.test)),
             )
-        return "".join(format_shot(self.task.train[i]) for i in self._lmeval_shots[index])
+        return shots_text(self.task, self._lmeval_shots[index])
 
     def prompt(self, index: int) -> str:
         """The full prompt text for test question `index` (the chat style sends it as one user message)."""
@@ -114,7 +131,7 @@ class PromptBuilder:
 
     def prompt_sha256(self, index: int) -> str:
         """`prompt_sha256(self.prompt(index))`; shots every question shares are hashed once, not per question."""
-        if not self._shots_shared:
+        if not self._shots_shared or index in self.options.edge_shots:
             return prompt_sha256(self.prompt(index))
         digest = self._shared_prefix_hash.copy()
         digest.update(format_question(self.task.test[index]).encode())

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from pdcheck.config import AnalysisPolicy
 from pdcheck.report.against import Comparison, compare_rows
+from pdcheck.report.boundaries import boundary_section
 from pdcheck.report.charts import accuracy_charts
 from pdcheck.report.details import diverging_questions, log_tails, rerun_command
 from pdcheck.report.exactness import exactness_section
@@ -219,6 +220,7 @@ def render_markdown(
     kv_integrity = kv_integrity_section(run)
     exactness = exactness_section(run)
     prefix_cache = prefix_cache_section(run)
+    boundaries = boundary_section(run)
     queueing = queueing_section(run)
     server_logs = server_logs_section(run)
     methodology = methodology_section(
@@ -250,6 +252,8 @@ def render_markdown(
             parts += ["## Bit-exact judging", exactness]
         if prefix_cache is not None:
             parts += ["## Prefix caching", prefix_cache]
+        if boundaries is not None:
+            parts += ["## Block-boundary coverage", boundaries]
         if queueing is not None:
             parts += ["## Concurrency above what the servers run at once", queueing]
         if server_logs is not None:

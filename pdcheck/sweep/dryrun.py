@@ -19,6 +19,7 @@ from pdcheck.config.cells import SIDE_ROLES
 from pdcheck.config.schema import RaySettings
 from pdcheck.contracts import environment
 from pdcheck.contracts.vllm_programs import EngineDecisions, ServeCheck
+from pdcheck.sweep.edges import coverage_line
 from pdcheck.sweep.judging import sizing_lines
 from pdcheck.sweep.plan import Placement, pack, plan_jobs
 from pdcheck.sweep.run import PreparedSweep
@@ -103,6 +104,7 @@ def dry_run(
             for job in jobs
             if job.side == "baseline" and cell in job.shares
         ]
+        lines.append(f"# {coverage_line(cell)}")
         platform = resolve_platform(cell, backend.inventory)
         lines += [f"# {line}" for line in queueing_lines(cell, platform=platform)]
         python = cell_python(cell)

@@ -31,6 +31,7 @@ from pdcheck.results.schema import Selection, SweepInfo
 from pdcheck.results.store import Provenance, RunStore, create_run
 from pdcheck.serving.endpoints import Endpoints, attach
 from pdcheck.sweep.backends import AttachBackend, Backend, BackendChoice, ray_settings
+from pdcheck.sweep.edges import plan_cells
 from pdcheck.sweep.engine import Engine, SweepOptions, SweepResult
 from pdcheck.sweep.environments import (
     environment_records,
@@ -120,7 +121,7 @@ def prepare(request: SweepRequest) -> PreparedSweep:
     only = request.only or selection.only
     keyword = request.keyword or selection.keyword
     shard = request.shard or selection.shard
-    selected = select_cells(expand_cells(spec), only=only, keyword=keyword)
+    selected = plan_cells(select_cells(expand_cells(spec), only=only, keyword=keyword))
     cells = shard_cells(selected, shard)
     endpoints = None
     if request.attach is not None:  # the rules the CLI and pytest options were checked by

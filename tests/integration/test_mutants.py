@@ -25,6 +25,7 @@ import yaml
 
 from pdcheck.analysis.kv_digest import digest_regression_reason
 from pdcheck.analysis.transfer_evidence import transfer_evidence
+from pdcheck.config.load import SWEEPS_DIR
 from pdcheck.config.paths import fixture_models_dir
 from pdcheck.results import load_run
 from pdcheck.results.load import CellResult
@@ -147,3 +148,44 @@ def test_prefix_hit_wrong_end_mutant_is_flagged_with_prefix_caching(tmp_path):
     cell = cells["prefix-hit-wrong-end"]
     _flagged(cell)
     assert _digest_reason(cell) is not None, cell.kv[(CONCURRENCY, 0)].kv_digest
+
+
+def _shipped_smoke(tmp_path: Path, model: str, arms: list[Any]) -> dict[str, CellResult]:
+    """The shipped cpu-smoke sweep as `make sweep` runs it (its workload with the
+    block-boundary prompts, its levels, early stop, digests and bit-exact judging), cut to
+    `model` with `arms` and no race run; its cells by arm name, after checking exit code 0."""
+    if not (fixture_models_dir() / model / "config.json").is_file():
+        pytest.fail(f"no {model} in {fixture_models_dir()}: run `pdcheck fixtures tiny-models`")
+    spec = yaml.safe_load((SWEEPS_DIR / "cpu-smoke.yaml").read_text())
+    spec["models"] = [m for m in spec["models"] if m["name"] == model]
+    spec["matrix"]["arms"] = arms
+    for key in ("exclude", "race"):
+        spec.pop(key, None)
+    path = tmp_path / "cpu-smoke-cut.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "run"
+    run_sweep(path, out)
+    return {cell.spec.arm.name: cell for cell in load_run(out).cells if cell.spec is not None}
+
+
+@pytest.mark.mutant
+@pytest.mark.servers
+@pytest.mark.xdist_group("servers")
+@pytest.mark.timeout(900)
+def test_boundary_short_read_mutant_is_flagged_by_the_shipped_workload(tmp_path):
+    """Mutant `boundary-short-read` (the decoder reads one block fewer when the prompt ends
+    exactly on a block boundary) on the shipped cpu-smoke's Llama cell: its workload now holds
+    prompts of k*32 tokens (block size 32, the boundary prompts of `eval.edges`), so the mutant
+    is REGRESSION at its first level and the KV digests differ; the clean arm beside it PASSes
+    at every level with digests that agree. With the old workload (block size 128, 5-shot
+    prompts of 287-299 tokens) no prompt ends on a boundary and the mutant passes the sweep
+    (docs/notes/issue-41-edges.md)."""
+    name = "boundary-short-read"
+    cells = _shipped_smoke(tmp_path, "tiny-llama", ["fixes-on", {"name": name, "mutant": name}])
+    mutant, clean = cells[name], cells["fixes-on"]
+    first = min(mutant.verdicts)
+    assert mutant.verdicts[first].verdict.verdict == "REGRESSION", mutant.verdicts[first]
+    assert digest_regression_reason(mutant.kv[(first, 0)].kv_digest) is not None
+    for level, judged in clean.verdicts.items():
+        assert judged.verdict.verdict == "PASS", (level, judged.verdict.reason)
+        assert digest_regression_reason(clean.kv[(level, 0)].kv_digest) is None

@@ -1,0 +1,39 @@
+"""The block size a cell's boundary prompts aim at, and the dry run's line for cells without a plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdcheck.config import expand_cells, parse_sweep
+from pdcheck.errors import ConfigError
+from pdcheck.sweep.edges import block_size, coverage_line
+
+
+def _cell(serve_args: list[str], *, platform: str = "cpu", edges: bool = True):
+    spec = parse_sweep(
+        {
+            "name": "t",
+            "models": [{"name": "m", "path": "/nonexistent/model", "serve_args": serve_args}],
+            "eval": {"edges": edges},
+            "serving": {"platform": platform},
+        }
+    )
+    return expand_cells(spec)[0]
+
+
+def test_block_size_is_the_serve_args_else_the_platform_default():
+    assert block_size(_cell(["--block-size", "32"])) == 32
+    assert block_size(_cell(["--block-size=64"], platform="gpu")) == 64
+    assert block_size(_cell([])) == 128
+    assert block_size(_cell([], platform="gpu")) == 16
+
+
+def test_a_block_size_that_is_not_a_number_is_refused():
+    with pytest.raises(ConfigError, match="--block-size 'big' is not a whole number"):
+        block_size(_cell(["--block-size", "big"]))
+
+
+def test_the_dry_run_says_why_a_cell_has_no_plan():
+    """A cell left unplanned (its tokenizer is not on the machine) and one with edges off."""
+    assert "tokenizer is not on this machine" in coverage_line(_cell([]))
+    assert coverage_line(_cell([], edges=False)).endswith("off (eval.edges is false)")
