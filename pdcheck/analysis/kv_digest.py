@@ -80,11 +80,14 @@ class OrderMismatch:
     positions: tuple[int, ...]  # where the advertised list disagrees, from the prompt's start
     held: tuple[int, ...]  # the table position each of those blocks holds
     block_size: int | None  # token slots per block, for the token ranges
+    num_tokens: int | None = None  # prompt tokens the prefiller computed (the last range's end)
 
     def describe(self) -> str:
         """The disagreement as a reviewer reads it: which positions, and what each block holds."""
         held = ", ".join(
-            "a block not in the table" if h < 0 else _token_range(h, self.block_size)
+            "a block not in the table"
+            if h < 0
+            else _token_range(h, self.block_size, self.num_tokens)
             for h in self.held
         )
         return (
@@ -219,6 +222,7 @@ def _order_mismatches(prefill: DigestRecord, x_request_id: str) -> list[OrderMis
                     positions=tuple(p for p, _ in wrong),
                     held=tuple(h for _, h in wrong),
                     block_size=g.block_size,
+                    num_tokens=prefill.num_tokens,
                 )
             )
     return out
@@ -262,10 +266,11 @@ def _where(question: int | None, x_request_id: str) -> str:
     return f"q{question:05d}" if question is not None else x_request_id
 
 
-def _token_range(position: int, block_size: int | None) -> str:
+def _token_range(position: int, block_size: int | None, num_tokens: int | None) -> str:
     if block_size is None:
         return f"position {position}"
-    return f"tokens {position * block_size}-{(position + 1) * block_size - 1}"
+    end = (position + 1) * block_size
+    return f"tokens {position * block_size}-{(end if num_tokens is None else min(end, num_tokens)) - 1}"
 
 
 def _blocks(record: DigestRecord) -> dict[tuple[int, int], str]:

@@ -163,7 +163,10 @@ def test_an_advertised_list_out_of_block_table_order_is_an_order_mismatch():
     """The prefiller advertised blocks for positions 1 and 2 that hold the table's 2 and 1: an
     order mismatch of that load, said with the positions and the token ranges, and a regression
     reason though every digest agrees (a state group carries no order and is not judged)."""
-    prefill = _held(_prefill("p1", [(0, ["a", "b", "c"]), (1, ["s"])]), [0, 2, 1])
+    prefill = {
+        **_held(_prefill("p1", [(0, ["a", "b", "c"]), (1, ["s"])]), [0, 2, 1]),
+        "num_tokens": 290,
+    }
     prefill["groups"][1]["state"] = True
     decode = _decode("run-q00004", "p1", [(0, 0, ["a", "b", "c"]), (1, 0, ["s"])])
     s = join_digests([prefill, decode])
@@ -172,7 +175,7 @@ def test_an_advertised_list_out_of_block_table_order_is_an_order_mismatch():
     assert (order.question, order.group, order.positions, order.held) == (4, 0, (1, 2), (2, 1))
     assert order.describe() == (
         "advertised block order disagrees with the block table at positions 1, 2 (q00004, "
-        "group 0: the blocks sent there hold tokens 256-383, tokens 128-255)"
+        "group 0: the blocks sent there hold tokens 256-289, tokens 128-255)"
     )
     assert digest_regression_reason(s) == (
         "1 of 1 loads were advertised out of the prefiller's block-table order (first: "
