@@ -137,6 +137,12 @@ DIGEST_NAMES: tuple[str, ...] = (
     "vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector:NixlPullConnector.bind_connector_metadata",
     "vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker:NixlBaseConnectorWorker._logical_to_kernel_block_ids",
 )
+# What the digest hooks read a prefilled request's own block table through (per transfer group),
+# to say which token range each advertised block holds. Optional: a release without it still
+# gets digests, of the advertised blocks, and the analysis says block order went unchecked.
+DIGEST_TABLE_NAMES: tuple[str, ...] = (
+    "vllm.v1.kv_cache_interface:KVCacheConfig.select_transfer_block_ids",
+)
 
 _NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
 # What each serving mutant (pdcheck._vllm.serving_mutants) replaces; checked when PDCHECK_MUTANT is set.
@@ -150,6 +156,10 @@ SERVING_MUTANT_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "load-finished-early": (f"{_NIXL}.pull_worker:NixlPullConnectorWorker._read_blocks",),
     "prefix-hit-wrong-end": (f"{_NIXL}.base_worker:NixlBaseConnectorWorker._apply_prefix_caching",),
+    "advertised-order-swapped": (
+        f"{_NIXL}.base_scheduler:NixlBaseConnectorScheduler.get_exchange_clipped_blocks",
+        f"{_NIXL}.pull_scheduler:NixlPullConnectorScheduler.request_finished",
+    ),
 }
 # What the clean-stop order (pdcheck._vllm.clean_stop) wraps: the same in 0.22.0 through 0.32.0.
 CLEAN_STOP_NAMES: tuple[str, ...] = ("vllm.v1.engine.async_llm:AsyncLLM.shutdown",)

@@ -5,8 +5,12 @@ Two hooks, both class-level on vLLM's NIXL pull connector (the default `NixlConn
 - **Scheduler (engine core)**: `NixlPullConnectorScheduler.request_finished` returns, for a
   prefilled request whose blocks are held for a decoder's read, `remote_block_ids` (logical,
   per transfer group, already clipped to what the decoder reads) and `remote_num_tokens`. The
-  hook keeps them and `build_connector_meta` attaches them to the next step's connector
-  metadata as `pdcheck_sent_blocks`, which the executor hands to every worker (TP rank).
+  hook keeps them, and the request's own block table it was called with (the scheduler's
+  `get_block_ids_for_computed_tokens`, per transfer group through
+  `KVCacheConfig.select_transfer_block_ids`): block p of the table holds the prompt's tokens
+  p*B .. (p+1)*B-1, whatever the advertised list says. `build_connector_meta` attaches them to
+  the next step's connector metadata as `pdcheck_sent_blocks`, which the executor hands to
+  every worker (TP rank).
 - **Scheduler, decoder side**: `get_num_new_matched_tokens` says how many prompt tokens the
   decoder will load (its locally computed tokens plus the count it returns); `build_connector_meta`
   hands them to the workers as `pdcheck_load_tokens`, and the worker keeps them until the load
@@ -39,7 +43,12 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pdcheck._vllm.internals import DIGEST_NAMES, missing_names, vllm_version
+from pdcheck._vllm.internals import (
+    DIGEST_NAMES,
+    DIGEST_TABLE_NAMES,
+    missing_names,
+    vllm_version,
+)
 from pdcheck._vllm.worker import LOAD_TOKENS_ATTR, LoadedGroup, request_groups
 from pdcheck.contracts import environment
 from pdcheck.errors import ConfigError, VllmIncompatible
@@ -68,8 +77,11 @@ class SentRequest:
     num_tokens: int  # tokens the prefiller computed (the decoder loads these)
     tp_rank: int
     tp_size: int
-    groups: tuple[LoadedGroup, ...]
+    groups: tuple[LoadedGroup, ...]  # the ids are the advertised list's, as the decoder reads it
     kv_cache_layout: str
+    # Per group of `groups`, the request's own block table (ids indexed as that group's are);
+    # None: this vLLM lacks a name to read it (`internals.DIGEST_TABLE_NAMES`).
+    tables: tuple[tuple[int, ...], ...] | None = None
 
 
 def check_digest_names() -> None:
@@ -109,6 +121,7 @@ def install_sent_blocks_hooks(on_step_start: Callable[[list[SentRequest]], None]
     build_connector_meta = scheduler_cls.build_connector_meta
     get_num_new_matched_tokens = scheduler_cls.get_num_new_matched_tokens
     bind_connector_metadata = connector_cls.bind_connector_metadata
+    reads_table = not missing_names(DIGEST_TABLE_NAMES)
 
     @functools.wraps(get_num_new_matched_tokens)
     def matched(self, request, num_computed_tokens):
@@ -121,12 +134,19 @@ def install_sent_blocks_hooks(on_step_start: Callable[[list[SentRequest]], None]
 
     @functools.wraps(request_finished)
     def finished(self, request, block_ids):
+        # Copied before vLLM's code sees it: the table, not what the advertised list makes of it.
+        table = (
+            [list(ids) for ids in self.kv_cache_config.select_transfer_block_ids(block_ids)]
+            if reads_table
+            else None
+        )
         delay_free, params = request_finished(self, request, block_ids)
         if delay_free and params and params.get("do_remote_prefill"):
             pending = self.__dict__.setdefault(_PENDING_ATTR, {})
             pending[request.request_id] = (
                 [list(ids) for ids in params["remote_block_ids"]],
                 int(params["remote_num_tokens"]),
+                table,
             )
         return delay_free, params
 
@@ -153,16 +173,13 @@ def install_sent_blocks_hooks(on_step_start: Callable[[list[SentRequest]], None]
                     num_tokens=num_tokens,
                     tp_rank=int(worker.tp_rank),
                     tp_size=int(worker.world_size),
-                    groups=request_groups(
-                        worker,
-                        ids,
-                        worker._logical_to_kernel_block_ids(
-                            ids, worker._physical_blocks_per_logical_kv_block
-                        ),
-                    ),
+                    groups=_groups(worker, ids),
                     kv_cache_layout=str(worker.kv_cache_layout),
+                    tables=None
+                    if table is None
+                    else tuple(g.block_ids for g in _groups(worker, table)),
                 )
-                for rid, (ids, num_tokens) in sent.items()
+                for rid, (ids, num_tokens, table) in sent.items()
             ]
         )
 
@@ -171,3 +188,10 @@ def install_sent_blocks_hooks(on_step_start: Callable[[list[SentRequest]], None]
     scheduler_cls.build_connector_meta = build
     scheduler_cls.get_num_new_matched_tokens = matched
     connector_cls.bind_connector_metadata = bind
+
+
+def _groups(worker, logical_ids) -> tuple[LoadedGroup, ...]:
+    kernel_ids = worker._logical_to_kernel_block_ids(
+        logical_ids, worker._physical_blocks_per_logical_kv_block
+    )
+    return request_groups(worker, logical_ids, kernel_ids)

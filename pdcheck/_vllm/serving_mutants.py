@@ -23,6 +23,11 @@ patch to vLLM 0.32's NIXL connector that breaks what a decoder reads; pdcheck's 
 - ``prefix-hit-wrong-end``: on a partial prefix-cache hit, the decoder trims the prefiller's
   block list at the wrong end and reads the prompt's first blocks into the slots of its last.
   Acts only with prefix caching on the decoder.
+- ``advertised-order-swapped``: when a prefilled request finishes, the block list the prefiller
+  advertises for the decoder's read (the request's block table, clipped) has its last two
+  blocks swapped, so the decoder loads each into the other's position. The swap is inside
+  vLLM's ``request_finished`` (in the clipping it calls), beneath pdcheck's digest hook, as a
+  bug in vLLM's own code would be.
 
 Every vLLM name each touches is in ``internals.SERVING_MUTANT_NAMES`` and checked first.
 """
@@ -32,6 +37,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -148,6 +155,27 @@ def _prefix_hit_wrong_end(orig: Callable[..., Any]) -> Callable[..., Any]:
     return _apply_prefix_caching
 
 
+def _advertised_order_swapped(orig: Callable[..., Any]) -> Callable[..., Any]:
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler import (
+        NixlPullConnectorScheduler,
+    )
+
+    # vLLM's own request_finished, beneath any wrapper (the digest hook's): only its call
+    # clips a finished prefill's table into the advertised list; the other callers clip a
+    # decoder's own blocks.
+    advertising = inspect.unwrap(NixlPullConnectorScheduler.request_finished).__code__
+
+    @functools.wraps(orig)
+    def get_exchange_clipped_blocks(self: Any, block_ids: Any, *a, **k):
+        clipped = orig(self, block_ids, *a, **k)
+        if sys._getframe(1).f_code is not advertising:
+            return clipped
+        # A state group keeps one block, so only attention groups have two to swap.
+        return tuple([*ids[:-2], ids[-1], ids[-2]] if len(ids) >= 2 else ids for ids in clipped)
+
+    return get_exchange_clipped_blocks
+
+
 _MAKERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "early-free": _early_free,
     "short-block-count": _short_block_count,
@@ -155,4 +183,5 @@ _MAKERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
     "hybrid-guard-inverted": _hybrid_guard_inverted,
     "load-finished-early": _load_finished_early,
     "prefix-hit-wrong-end": _prefix_hit_wrong_end,
+    "advertised-order-swapped": _advertised_order_swapped,
 }

@@ -9,6 +9,13 @@ race only when answers flip; a digest sees one corrupted block, which is why a m
 clean arm is evidence of a regression whatever the accuracy says, and why on an injection
 canary the mismatched questions must be exactly the injected ones.
 
+The prefiller's digests are of the request's own block table, by position; its record also
+says which table position each block it advertised holds. A list advertised in the wrong order
+(or naming other blocks) is an order mismatch, said with the positions where list and table
+disagree, and a decoder that loads a block into another position than the one it holds
+mismatches there. A prefiller record without the table (a vLLM the hook cannot read it from) is
+counted as unchecked for order.
+
 The join key is the prefiller's request id (the decoder knows it as vLLM's `remote_request_id`),
 the TP rank, the group and the block position, counted from the start of the prompt. Pure
 functions on the plugin's `DigestRecord`s; refusals are data, never a wrong comparison: when the two sides
@@ -28,6 +35,7 @@ __all__ = [
     "DigestMismatch",
     "ExtentMismatch",
     "KvDigestSummary",
+    "OrderMismatch",
     "digest_regression_reason",
     "join_digests",
 ]
@@ -60,6 +68,36 @@ class ExtentMismatch:
 
 
 @dataclass(frozen=True)
+class OrderMismatch:
+    """A load whose prefiller advertised a block list that disagrees with the request's own block
+    table: the blocks sent for `positions` hold the table's `held` positions (-1: a block not in
+    the table), so the decoder loads them as another part of the prompt."""
+
+    question: int | None
+    x_request_id: str
+    group: int
+    tp_rank: int
+    positions: tuple[int, ...]  # where the advertised list disagrees, from the prompt's start
+    held: tuple[int, ...]  # the table position each of those blocks holds
+    block_size: int | None  # token slots per block, for the token ranges
+    num_tokens: int | None = None  # prompt tokens the prefiller computed (the last range's end)
+
+    def describe(self) -> str:
+        """The disagreement as a reviewer reads it: which positions, and what each block holds."""
+        held = ", ".join(
+            "a block not in the table"
+            if h < 0
+            else _token_range(h, self.block_size, self.num_tokens)
+            for h in self.held
+        )
+        return (
+            f"advertised block order disagrees with the block table at positions "
+            f"{', '.join(map(str, self.positions))} ({_where(self.question, self.x_request_id)}, "
+            f"group {self.group}: the blocks sent there hold {held})"
+        )
+
+
+@dataclass(frozen=True)
 class KvDigestSummary:
     """The join of one unit's digests: what was checked and what differed."""
 
@@ -76,6 +114,11 @@ class KvDigestSummary:
     # Loads whose token count differs between the two sides (every one counted, the first kept).
     n_extent_mismatches: int = 0
     extent_mismatches: tuple[ExtentMismatch, ...] = ()
+    # Loads whose prefiller advertised blocks out of its block table's order (every one
+    # counted, the first kept), and loads whose prefiller record carries no table to check.
+    n_order_mismatches: int = 0
+    order_mismatches: tuple[OrderMismatch, ...] = ()
+    order_unchecked: int = 0
 
 
 def join_digests(records: Iterable[DigestRecord], *, run_tag: str | None = None) -> KvDigestSummary:
@@ -85,21 +128,22 @@ def join_digests(records: Iterable[DigestRecord], *, run_tag: str | None = None)
     lines of other runs are harmless (nothing joins them).
     """
     prefill: dict[tuple[str, int], dict[tuple[int, int], str]] = {}
-    prefill_tokens: dict[tuple[str, int], int | None] = {}
+    prefill_records: dict[tuple[str, int], DigestRecord] = {}
     decode = []
     for record in records:
         if record.side == "prefill":
             key = (record.prefill_request_id, record.tp_rank)
             prefill[key] = _blocks(record)
-            prefill_tokens[key] = record.num_tokens
+            prefill_records[key] = record
         elif run_tag is None or record.x_request_id.startswith(f"{run_tag}-q"):
             decode.append(record)
     refused = _heterogeneous_tp(decode)
     if refused is not None:
         return KvDigestSummary(0, 0, 0, (), (), refused=refused)
-    requests = blocks = unmatched = unpaired = 0
+    requests = blocks = unmatched = unpaired = unchecked = 0
     mismatches: list[DigestMismatch] = []
     extents: list[ExtentMismatch] = []
+    orders: list[OrderMismatch] = []
     for record in decode:
         key = (record.prefill_request_id, record.tp_rank)
         theirs = prefill.get(key)
@@ -107,7 +151,11 @@ def join_digests(records: Iterable[DigestRecord], *, run_tag: str | None = None)
             unmatched += 1
             continue
         requests += 1
-        loaded, computed = record.load_tokens, prefill_tokens[key]
+        order = _order_mismatches(prefill_records[key], record.x_request_id)
+        if order is None:
+            unchecked += 1
+        orders += order or ()
+        loaded, computed = record.load_tokens, prefill_records[key].num_tokens
         if loaded is not None and computed is not None and loaded != computed:
             x_request_id = record.x_request_id
             extents.append(ExtentMismatch(_question(x_request_id), x_request_id, loaded, computed))
@@ -128,6 +176,7 @@ def join_digests(records: Iterable[DigestRecord], *, run_tag: str | None = None)
                     )
                 )
     mismatches.sort(key=lambda m: (m.question is None, m.question or 0, m.group, m.position))
+    orders.sort(key=lambda o: (o.question is None, o.question or 0, o.group, o.tp_rank))
     return KvDigestSummary(
         requests_checked=requests,
         blocks_checked=blocks,
@@ -140,7 +189,43 @@ def join_digests(records: Iterable[DigestRecord], *, run_tag: str | None = None)
         unpaired_blocks=unpaired,
         n_extent_mismatches=len(extents),
         extent_mismatches=tuple(extents[:_EXAMPLES]),
+        n_order_mismatches=len({(o.x_request_id, o.tp_rank) for o in orders}),
+        order_mismatches=tuple(orders[:_EXAMPLES]),
+        order_unchecked=unchecked,
     )
+
+
+def _order_mismatches(prefill: DigestRecord, x_request_id: str) -> list[OrderMismatch] | None:
+    """Where a prefiller's advertised list disagrees with its block table, per attention group;
+    None when the record carries no table for an attention group (nothing could be checked).
+
+    `x_request_id` is the decoder's (the prefiller's own request never names the question).
+    """
+    attention = [g for g in prefill.groups if not g.state]
+    if not attention or any(g.held_positions is None for g in attention):
+        return None
+    out = []
+    for g in attention:
+        assert g.held_positions is not None
+        wrong = [
+            (g.first_position + k, held)
+            for k, held in enumerate(g.held_positions)
+            if held != g.first_position + k
+        ]
+        if wrong:
+            out.append(
+                OrderMismatch(
+                    question=_question(x_request_id),
+                    x_request_id=x_request_id,
+                    group=g.group,
+                    tp_rank=prefill.tp_rank,
+                    positions=tuple(p for p, _ in wrong),
+                    held=tuple(h for _, h in wrong),
+                    block_size=g.block_size,
+                    num_tokens=prefill.num_tokens,
+                )
+            )
+    return out
 
 
 def digest_regression_reason(summary: KvDigestSummary | None) -> str | None:
@@ -160,6 +245,12 @@ def digest_regression_reason(summary: KvDigestSummary | None) -> str | None:
             f"{_where(first.question, first.x_request_id)}, group {first.group}, block "
             f"{first.position})"
         )
+    if summary.n_order_mismatches:
+        reasons.append(
+            f"{summary.n_order_mismatches} of {summary.requests_checked} loads were advertised "
+            f"out of the prefiller's block-table order (first: "
+            f"{summary.order_mismatches[0].describe()})"
+        )
     if summary.n_extent_mismatches:
         e = summary.extent_mismatches[0]
         reasons.append(
@@ -173,6 +264,13 @@ def digest_regression_reason(summary: KvDigestSummary | None) -> str | None:
 
 def _where(question: int | None, x_request_id: str) -> str:
     return f"q{question:05d}" if question is not None else x_request_id
+
+
+def _token_range(position: int, block_size: int | None, num_tokens: int | None) -> str:
+    if block_size is None:
+        return f"position {position}"
+    end = (position + 1) * block_size
+    return f"tokens {position * block_size}-{(end if num_tokens is None else min(end, num_tokens)) - 1}"
 
 
 def _blocks(record: DigestRecord) -> dict[tuple[int, int], str]:

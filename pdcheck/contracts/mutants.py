@@ -12,4 +12,5 @@ MUTANTS: tuple[str, ...] = (
     "hybrid-guard-inverted",
     "load-finished-early",
     "prefix-hit-wrong-end",
+    "advertised-order-swapped",
 )

@@ -93,6 +93,14 @@ class DigestGroup(msgspec.Struct, frozen=True, kw_only=True):
     first_position: int  # the first block's position from the start of the prompt
     digests: list[str]  # one 16-hex-digit keyed hash per block
     state: bool = False  # a Mamba/GDN state block, digested whole
+    # Prefiller, attention groups: for each block it advertised, in the order advertised, the
+    # position that block holds in the request's own block table (-1: not in the table). The
+    # list is right when block k holds position `first_position + k`; the digests are of the
+    # block table's blocks by position, so a decoder that loads a block into another position
+    # than the one it holds mismatches there. None: not recorded (a state group, a decoder, or
+    # a vLLM the hook cannot read the block table from).
+    held_positions: list[int] | None = None
+    block_size: int | None = None  # token slots per block: position p holds tokens p*size ...
 
 
 class DigestRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -3,8 +3,10 @@
 From the store only (`KvEvidence.kv_digest`, one join per unit, written by the sweep). A clean
 arm must show 0 mismatches over a non-zero number of blocks; an injected arm's mismatched
 questions are scored against its injection log (precision and recall, as for divergences).
-Digests come only from servers that load pdcheck's plugin with `serving.kv_digest`, so attached
-servers have none, and the section says so rather than showing zeros.
+A prefiller that advertised its blocks out of the request's block-table order is listed with
+the positions and the token ranges the blocks sent there hold. Digests come only from servers
+that load pdcheck's plugin with `serving.kv_digest`, so attached servers have none, and the
+section says so rather than showing zeros.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pdcheck.analysis.injection import injection_precision
-from pdcheck.analysis.kv_digest import DigestMismatch, ExtentMismatch
+from pdcheck.analysis.kv_digest import DigestMismatch, ExtentMismatch, KvDigestSummary
 from pdcheck.contracts.plugin_files import InjectionRecord
 from pdcheck.report.sections import table
 from pdcheck.results.load import CellResult, RunResults
@@ -53,18 +55,38 @@ def kv_integrity_section(run: RunResults) -> str | None:
             )
         )
     extents = [
-        f"- {cell.name} c{c}: {kv.kv_digest.n_extent_mismatches} loads; first "
+        f"- {cell} c{c}: {s.n_extent_mismatches} loads; first "
         f"{_where(e)}: prefiller computed {e.prefiller_tokens} tokens, decoder took "
         f"{e.decoder_tokens}"
-        for cell in run.cells
-        for (c, _r), kv in sorted(cell.kv.items())
-        if kv.kv_digest is not None
-        for e in kv.kv_digest.extent_mismatches[:1]
+        for cell, c, s in _digests(run)
+        for e in s.extent_mismatches[:1]
     ]
     if extents:
         parts.append(
             "Loads whose prompt-token count differs between prefiller and decoder (the decoder "
             "reads the blocks as another prefix than the one written):\n\n" + "\n".join(extents)
+        )
+    orders = [
+        f"- {cell} c{c}: {s.n_order_mismatches} loads; first: {o.describe()}"
+        for cell, c, s in _digests(run)
+        for o in s.order_mismatches[:1]
+    ]
+    if orders:
+        parts.append(
+            "Loads whose prefiller advertised its blocks out of the request's block-table order "
+            "(the decoder loads those blocks as other parts of the prompt):\n\n" + "\n".join(orders)
+        )
+    unchecked = [
+        f"{cell} c{c} ({s.order_unchecked} loads)"
+        for cell, c, s in _digests(run)
+        if s.order_unchecked
+    ]
+    if unchecked:
+        parts.append(
+            "Block order not checked for "
+            + ", ".join(unchecked)
+            + ": their prefiller records carry no block table (a vLLM the digest hook cannot "
+            "read it from; the digests are then of the advertised blocks)."
         )
     parts += [f"Not compared: {r}" for r in refusals]
     if any(cell.kv and not _has_digests(cell) for cell in run.cells):
@@ -98,6 +120,16 @@ def _row(
         str(sum(s.n_mismatches for s in summaries)),
         _questions(questions),
         _score(injections, questions) if inject else "–",
+    ]
+
+
+def _digests(run: RunResults) -> list[tuple[str, int, KvDigestSummary]]:
+    """Every unit's digest join in the run: its cell's name, concurrency and join."""
+    return [
+        (cell.name, c, kv.kv_digest)
+        for cell in run.cells
+        for (c, _r), kv in sorted(cell.kv.items())
+        if kv.kv_digest is not None
     ]
 
 

@@ -6,7 +6,11 @@ plugin writes, per request, transfer group and block position, a digest of the b
 
 - on the **prefiller**, for each request whose blocks a decoder will read, at the start of the
   step after its prefill forward (`pdcheck._vllm.kv_digest_hooks` says why nothing can have
-  freed them yet);
+  freed them yet). An attention group's blocks are taken from the request's own block table by
+  position, not from the list the prefiller advertises; the record also says, for each
+  advertised block, the table position it holds. So an advertised list in the wrong order, or
+  naming other blocks, shows twice: in that list against the table, and in the decoder's
+  digests, which then hold other positions' bytes;
 - on the **decoder**, for each receive that finished without failure, at the start of the next
   step: after the load landed (the receive hook saw it done), after any fault injection (that
   hook runs at the end of the step the load finished in), after the step's block zeroing was
@@ -34,6 +38,7 @@ request id (the decoder knows it as `remote_request_id`) and block position.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -68,6 +73,9 @@ class _Blocks:
     last_slots: int | None  # token slots of the last block; None: whole blocks
     tensors: tuple[Any, ...]
     token_dim: int | None
+    # Prefiller: the table position each advertised block holds (see DigestGroup).
+    held_positions: tuple[int, ...] | None = None
+    block_size: int | None = None
 
 
 class KvDigester:
@@ -106,7 +114,11 @@ class KvDigester:
 
     def _sent_record(self, request: SentRequest) -> tuple[dict, list]:
         dim = token_dim(request.kv_cache_layout)
-        blocks = [_prefill_blocks(g, request.num_tokens, dim) for g in request.groups]
+        tables = request.tables or (None,) * len(request.groups)
+        blocks = [
+            _prefill_blocks(g, table, request.num_tokens, dim)
+            for g, table in zip(request.groups, tables, strict=True)
+        ]
         return (
             self._head("prefill", request.request_id, request.request_id, request.num_tokens)
             | {"tp_rank": request.tp_rank, "tp_size": request.tp_size},
@@ -145,12 +157,14 @@ class KvDigester:
         for b in groups:
             if b is None or not b.block_ids or not b.tensors:
                 continue
-            head = {
+            head: dict[str, Any] = {
                 "group": b.group_index,
                 "state": b.is_state,
                 "first_position": b.first_position,
                 "n": len(b.block_ids),
             }
+            if b.held_positions is not None:
+                head |= {"held_positions": list(b.held_positions), "block_size": b.block_size}
             out.append((head, self._digest(b)))
         return out
 
@@ -199,8 +213,11 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _prefill_blocks(group: LoadedGroup, num_tokens: int, dim: int) -> _Blocks | None:
-    """The prefiller holds the whole prompt: the blocks covering `num_tokens` from position 0."""
+def _prefill_blocks(
+    group: LoadedGroup, table: tuple[int, ...] | None, num_tokens: int, dim: int
+) -> _Blocks | None:
+    """The prefiller holds the whole prompt: the blocks covering `num_tokens`, from the request's
+    block table (`table`) where there is one, else from the advertised list from position 0."""
     if group.is_state:
         # The state-bearing block is the last one the exchange keeps.
         return _state(group, group.block_ids[-1:])
@@ -208,7 +225,15 @@ def _prefill_blocks(group: LoadedGroup, num_tokens: int, dim: int) -> _Blocks | 
     if block_size is None:
         return None
     n_data = -(-num_tokens // block_size)
-    return _attention(group, group.block_ids[:n_data], 0, num_tokens, block_size, dim)
+    if table is None:
+        return _attention(group, group.block_ids[:n_data], 0, num_tokens, block_size, dim)
+    # The advertised list is meant to be the table's tail (a sliding window keeps its last
+    # blocks; a full-attention group all of them).
+    first = max(0, len(table) - len(group.block_ids))
+    blocks = _attention(group, table[first:n_data], first, num_tokens, block_size, dim)
+    position = {b: p for p, b in enumerate(table)}
+    held = tuple(position.get(b, -1) for b in group.block_ids)
+    return dataclasses.replace(blocks, held_positions=held, block_size=block_size)
 
 
 def _decode_blocks(group: LoadedGroup, num_tokens: int, dim: int) -> _Blocks | None:

@@ -189,3 +189,29 @@ def test_boundary_short_read_mutant_is_flagged_by_the_shipped_workload(tmp_path)
     for level, judged in clean.verdicts.items():
         assert judged.verdict.verdict == "PASS", (level, judged.verdict.reason)
         assert digest_regression_reason(clean.kv[(level, 0)].kv_digest) is None
+
+
+@pytest.mark.mutant
+@pytest.mark.servers
+@pytest.mark.xdist_group("servers")
+@pytest.mark.timeout(600)
+def test_advertised_order_swapped_mutant_is_flagged_by_the_block_table_digests(tmp_path):
+    """Mutant `advertised-order-swapped` (the prefiller advertises its last two blocks swapped,
+    inside vLLM's request_finished, beneath the digest hook): REGRESSION from the KV digests,
+    which now say the advertised order disagrees with the request's block table and find the
+    decoder's last two blocks holding each other's bytes; the clean arm beside it PASSes with
+    every load's order checked and agreeing."""
+    mutant = "advertised-order-swapped"
+    cells = _sweep(tmp_path, "tiny-llama", ["fixes-on", {"name": mutant, "mutant": mutant}])
+    reason = _flagged(cells[mutant])
+    digests = cells[mutant].kv[(CONCURRENCY, 0)].kv_digest
+    assert digests is not None and digests.requests_checked > 0, digests
+    assert digests.n_order_mismatches == digests.requests_checked, digests
+    assert "advertised block order disagrees with the block table" in reason, reason
+    assert {m.position for m in digests.mismatches} == {1, 2}, digests.mismatches
+    clean = cells["fixes-on"]
+    assert clean.verdicts[CONCURRENCY].verdict.verdict == "PASS"
+    clean_digests = clean.kv[(CONCURRENCY, 0)].kv_digest
+    assert clean_digests is not None and clean_digests.requests_checked > 0, clean_digests
+    assert (clean_digests.n_order_mismatches, clean_digests.order_unchecked) == (0, 0)
+    assert _digest_reason(clean) is None, clean_digests

@@ -146,3 +146,53 @@ def test_a_load_whose_token_count_differs_between_the_sides_is_an_extent_mismatc
         ).n_extent_mismatches
         == 0
     )
+
+
+def _held(record, held, group=0, block_size=128, first_position=0):
+    """`record` with its attention group's advertised blocks holding table positions `held`."""
+    groups = [
+        {**g, "held_positions": held, "block_size": block_size, "first_position": first_position}
+        if g["group"] == group
+        else g
+        for g in record["groups"]
+    ]
+    return {**record, "groups": groups}
+
+
+def test_an_advertised_list_out_of_block_table_order_is_an_order_mismatch():
+    """The prefiller advertised blocks for positions 1 and 2 that hold the table's 2 and 1: an
+    order mismatch of that load, said with the positions and the token ranges, and a regression
+    reason though every digest agrees (a state group carries no order and is not judged)."""
+    prefill = {
+        **_held(_prefill("p1", [(0, ["a", "b", "c"]), (1, ["s"])]), [0, 2, 1]),
+        "num_tokens": 290,
+    }
+    prefill["groups"][1]["state"] = True
+    decode = _decode("run-q00004", "p1", [(0, 0, ["a", "b", "c"]), (1, 0, ["s"])])
+    s = join_digests([prefill, decode])
+    assert (s.n_mismatches, s.n_order_mismatches, s.order_unchecked) == (0, 1, 0)
+    (order,) = s.order_mismatches
+    assert (order.question, order.group, order.positions, order.held) == (4, 0, (1, 2), (2, 1))
+    assert order.describe() == (
+        "advertised block order disagrees with the block table at positions 1, 2 (q00004, "
+        "group 0: the blocks sent there hold tokens 256-289, tokens 128-255)"
+    )
+    assert digest_regression_reason(s) == (
+        "1 of 1 loads were advertised out of the prefiller's block-table order (first: "
+        + order.describe()
+        + ")"
+    )
+
+
+def test_a_list_that_is_the_table_tail_agrees_and_a_missing_table_is_unchecked():
+    """A sliding window's advertised tail (first position 2, holding 2 and 3) agrees with the
+    table; a prefiller record without held positions is counted unchecked, never a mismatch."""
+    tail = _held(_prefill("p1", [(0, ["c", "d"])]), [2, 3], first_position=2)
+    s = join_digests([tail, _decode("run-q00001", "p1", [(0, 2, ["c", "d"])])])
+    assert (s.blocks_checked, s.n_order_mismatches, s.order_unchecked) == (2, 0, 0)
+    assert digest_regression_reason(s) is None
+    bare = join_digests(
+        [_prefill("p1", [(0, ["a"])]), _decode("run-q00001", "p1", [(0, 0, ["a"])])]
+    )
+    assert (bare.n_order_mismatches, bare.order_unchecked) == (0, 1)
+    assert digest_regression_reason(bare) is None

@@ -3,7 +3,7 @@ mismatches by question, and an injected arm's digest flags scored against its in
 
 from __future__ import annotations
 
-from pdcheck.analysis.kv_digest import ExtentMismatch, KvDigestSummary
+from pdcheck.analysis.kv_digest import ExtentMismatch, KvDigestSummary, OrderMismatch
 from pdcheck.report.kv_integrity import kv_integrity_section
 from pdcheck.report.markdown import render_markdown
 from pdcheck.results.load import load_run
@@ -49,3 +49,22 @@ def test_loads_the_two_sides_disagree_on_are_listed_with_both_counts(make_run):
     section = kv_integrity_section(run)
     assert section is not None
     assert "20 loads; first q00003: prefiller computed 300 tokens, decoder took 299" in section
+
+
+def test_an_advertised_order_disagreeing_with_the_block_table_is_listed_with_positions(make_run):
+    """A load whose prefiller advertised its blocks out of table order is listed with the
+    positions and what the blocks sent there hold; loads with no table are said unchecked."""
+    order = OrderMismatch(3, "run-q00003", 0, 0, positions=(1, 2), held=(2, 1), block_size=128)
+    summary = KvDigestSummary(
+        20, 60, 0, (), (), n_order_mismatches=20, order_mismatches=(order,), order_unchecked=2
+    )
+    run = load_run(
+        make_run([CellPlan("fixes-on")], concurrency=(1,), kv_evidence={"kv_digest": summary})
+    )
+    section = kv_integrity_section(run)
+    assert section is not None
+    assert (
+        "20 loads; first: advertised block order disagrees with the block table at positions "
+        "1, 2 (q00003, group 0: the blocks sent there hold tokens 256-383, tokens 128-255)"
+    ) in section
+    assert "Block order not checked for" in section and "(2 loads)" in section
