@@ -19,7 +19,7 @@ def _stand_in(tmp_path, body: str) -> str:
     """A stand-in interpreter running `body` (sh) after moving its arguments to the --json path."""
     script = tmp_path / "python"
     script.write_text(
-        '#!/bin/sh\nwhile [ "$1" != "--json" ]; do shift; done\n' + textwrap.dedent(body)
+        '#!/bin/sh\nwhile [ "$1" != "--out" ]; do shift; done\n' + textwrap.dedent(body)
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return str(script)

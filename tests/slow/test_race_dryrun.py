@@ -22,12 +22,12 @@ from tests.unit.sweep.conftest import unreachable_hub  # noqa: F401
 
 
 def _fake_python(tmp_path, *, code: int, result: dict | None):
-    """A stand-in interpreter: writes `result` to the --json path and exits with `code`."""
+    """A stand-in interpreter: writes `result` to the --out path and exits with `code`."""
     script = tmp_path / "python"
     script.write_text(
         textwrap.dedent(f"""\
         #!/bin/sh
-        while [ "$1" != "--json" ]; do shift; done
+        while [ "$1" != "--out" ]; do shift; done
         {"echo '" + json.dumps(result) + "' > $2" if result is not None else "echo 'vllm: not importable' >&2"}
         exit {code}
         """)
@@ -37,7 +37,7 @@ def _fake_python(tmp_path, *, code: int, result: dict | None):
 
 
 def test_race_argv_passes_the_sweep_race_settings():
-    """The subprocess gets seeds, requests, every variant and a --json path."""
+    """The subprocess gets seeds, requests, every variant and an --out path."""
     argv = race_argv(
         RaceSettings(seeds=3, requests=50, variants=("hybrid",)), python="py", json_path="/x.json"
     )
@@ -52,7 +52,7 @@ def test_race_argv_passes_the_sweep_race_settings():
         "50",
         "--variant",
         "hybrid",
-        "--json",
+        "--out",
         "/x.json",
     ]
 
