@@ -54,6 +54,7 @@ def test_every_switch_is_applied_and_listed(tmp_path):
         "disable-fix=zeroing",
         f"trace={tmp_path / 'trace'}",
         "inject=stale-kv:0.25:seed=5",
+        "clean-stop",
     ]
     assert marker["vllm_version"].startswith("0.32") and marker["fixes_present"] == {
         "block-reuse": True,
