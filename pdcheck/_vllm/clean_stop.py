@@ -30,23 +30,20 @@ __all__ = ["handler_first", "install_clean_stop"]
 logger = logging.getLogger(__name__)
 
 _installed = contextlib.ExitStack()
-_done: list[bool] = []
 # Long enough for a loop busy with the last responses; a stalled loop keeps vLLM's order.
 _CANCEL_WAIT_S = 5.0
 
 
+@functools.cache
 def install_clean_stop() -> bool:
     """Reorder `AsyncLLM.shutdown` for the life of the process; False when this vLLM lacks it."""
-    if _done:
-        return _done[0]
     missing = missing_names(CLEAN_STOP_NAMES)
     if missing:
         logger.info("pdcheck: no clean-stop order on this vLLM (missing %s)", ", ".join(missing))
     else:
         owner, _, attr = CLEAN_STOP_NAMES[0].rpartition(".")
         _installed.enter_context(patched(resolve(owner), attr, handler_first))
-    _done.append(not missing)
-    return _done[0]
+    return not missing
 
 
 def handler_first(orig: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,6 +9,7 @@ sweep's `serving.extra_serve_args`. A later layer replaces a flag an earlier one
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -185,11 +186,17 @@ def _measured_exactness(
     """The recorded CPU measurement of a pdcheck tiny model (`fixture:NAME`) at `dtype`."""
     if not model_path.startswith(FIXTURE_PREFIX):
         return None
-    record = shipped_dir("fixtures") / batch_invariance.RECORD_FILE
-    if not record.is_file():
+    record = _exactness_record()
+    if record is None:
         return None
-    name = model_path.removeprefix(FIXTURE_PREFIX)
-    return batch_invariance.read_exactness_record(record).lookup(name, dtype)
+    return record.lookup(model_path.removeprefix(FIXTURE_PREFIX), dtype)
+
+
+@functools.cache
+def _exactness_record() -> batch_invariance.ExactnessRecord | None:
+    # Read once: every server's environment and every judged level asks for its cell's decision.
+    path = shipped_dir("fixtures") / batch_invariance.RECORD_FILE
+    return batch_invariance.read_exactness_record(path) if path.is_file() else None
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:

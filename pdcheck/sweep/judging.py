@@ -302,6 +302,7 @@ def level_evidence(
         cell, concurrency, runs, design, suspect=suspect_p(comparison), family=family
     )
     kv = [result.kv.get((concurrency, r)) for r in repeats]
+    lease = _prefiller_lease(result.servers)
     exact = level_exact_check(cell, result.servers, runs)
     evidence = LevelEvidence(
         comparison=comparison,
@@ -309,9 +310,7 @@ def level_evidence(
         kv_transferred_tokens=kv_tokens(result.kv, concurrency),
         digests=tuple(k.kv_digest if k is not None else None for k in kv),
         transfers=tuple(
-            transfer_evidence(
-                k.decoders, k.prefiller_events, lease=_prefiller_lease(result.servers)
-            )
+            transfer_evidence(k.decoders, k.prefiller_events, lease=lease)
             for k in kv
             if k is not None
         ),

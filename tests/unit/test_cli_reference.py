@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import click
 import pytest
 
+from tests.unit.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "cli_reference", REPO / "scripts" / "cli_reference.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("cli_reference", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-cli_reference = _script()
+cli_reference = load_script("cli_reference")
 # Loaded at collection: importing every command (the analysis's scipy among them) is not the test.
 COMMANDS = list(cli_reference.commands())
 

@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.unit.scripts import load_script
 
 from .conftest import CellPlan
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "readme_example", REPO / "scripts" / "readme_example.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("readme_example", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-readme_example = _script()
+readme_example = load_script("readme_example")
 
 
 def test_the_readme_block_is_what_the_script_renders_from_the_stored_run():
