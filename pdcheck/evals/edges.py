@@ -37,6 +37,10 @@ CountTokens = Callable[[str], int]
 MIN_LONG_BLOCKS = 8
 # How many of the style's leading shots a boundary prompt may drop to make room for its gap item.
 MAX_DROPPED_SHOTS = 3
+# How many whole prompts one target may count before the plan goes without it. Every dry run
+# plans every cell, and at GPU block size 16 a cell has dozens of targets: a scan of the whole
+# window for one out of reach took minutes (500 questions, about 40 counts each).
+MAX_COUNTS_PER_TARGET = 48
 
 
 @dataclass(frozen=True)
@@ -151,25 +155,31 @@ def _reach(
     question_len: dict[int, int],
 ) -> EdgePrompt | None:
     """The first window question that, after train[0:s] plus at most one more train item,
-    is exactly `target` tokens; lengths add up only roughly, so each candidate is counted whole."""
+    is exactly `target` tokens; lengths add up only roughly, so each candidate is counted whole,
+    at most `MAX_COUNTS_PER_TARGET` of them."""
     prefix = [0]
     for n in shot_len:
         prefix.append(prefix[-1] + n)
+    budget = MAX_COUNTS_PER_TARGET
     for index in window:
         if index in taken:
             continue
         room = target - question_len[index]
         if room < 0:
             continue
+        question = format_question(task.test[index])
         # The most leading shots that fit, then a few fewer, each closed by one gap item.
         s_max = max(s for s in range(len(prefix)) if prefix[s] <= room)
         for s in range(s_max, max(-1, s_max - MAX_DROPPED_SHOTS - 1), -1):
-            question = format_question(task.test[index])
+            if budget <= 0:
+                return None
+            budget -= 1
             base = count(shots_text(task, range(s)) + question)
             gap = target - base
             if gap == 0:
                 return EdgePrompt(index=index, shots=tuple(range(s)), tokens=base)
-            for extra in _gap_items(gap, shot_len, start=s):
+            for extra in _gap_items(gap, shot_len, start=s)[:budget]:
+                budget -= 1
                 shots = (*range(s), *extra)
                 tokens = count(shots_text(task, shots) + question)
                 if tokens == target:
@@ -253,14 +263,22 @@ class TokenizerMissing(Exception):
 def token_counter(model_path: str, settings: EvalSettings) -> CountTokens:
     """Counts a prompt's tokens as the server will: the tokenizer of `model_path` (local files
     only), with its special tokens, and for the chat style through the chat template."""
-    from transformers import AutoTokenizer
-
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        # A base install (no vLLM) still plans and dry-runs a sweep.
+        raise TokenizerMissing(f"transformers is not installed ({exc})") from exc
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             resolve_model_path(model_path), local_files_only=True
         )
     except (OSError, ValueError) as exc:
-        raise TokenizerMissing(f"{type(exc).__name__}: {exc}") from exc
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise TokenizerMissing(f"{type(exc).__name__}: {first_line}") from exc
+    if not tokenizer("The answer is 42.")["input_ids"]:
+        # A Hugging Face cache with a model's config but not its tokenizer files gives a
+        # tokenizer without a vocabulary, which counts every prompt as 0 tokens.
+        raise TokenizerMissing(f"the tokenizer of {model_path} has no vocabulary here")
     if settings.style == "chat":
         kwargs = settings.chat_template_kwargs or {}
 

@@ -50,23 +50,27 @@ def _platform(cell: Cell) -> str:
 
 def plan_cells(cells: Sequence[Cell]) -> list[Cell]:
     """`cells` with each `eval.edges` cell's `edge_plan` filled in; a cell whose tokenizer is
-    not on this machine keeps none (the dry run and the report say so)."""
+    not on this machine keeps none (the dry run says why, the report that it has none)."""
     return [_planned(cell) for cell in cells]
 
 
 def _planned(cell: Cell) -> Cell:
     if not cell.eval.edges or cell.eval.edge_plan is not None:
         return cell
-    plan = _cached_plan(
+    plan = _plan_or_why_not(cell)
+    if isinstance(plan, str):
+        return cell
+    return cell.model_copy(update={"eval": cell.eval.model_copy(update={"edge_plan": plan})})
+
+
+def _plan_or_why_not(cell: Cell) -> EdgePlan | str:
+    return _cached_plan(
         cell.model.path,
         cell.model.kind == "hybrid",
         block_size(cell),
         _room(cell),
         cell.eval.model_dump_json(),
     )
-    if plan is None:
-        return cell
-    return cell.model_copy(update={"eval": cell.eval.model_copy(update={"edge_plan": plan})})
 
 
 def _room(cell: Cell) -> int | None:
@@ -80,7 +84,8 @@ def _room(cell: Cell) -> int | None:
 @functools.cache
 def _cached_plan(
     path: str, hybrid: bool, size: int, room: int | None, eval_json: str
-) -> EdgePlan | None:
+) -> EdgePlan | str:
+    """The plan, or why there is none (the tokenizer cannot be loaded here)."""
     from pdcheck.config.schema import EvalSettings
     from pdcheck.evals import load_task
     from pdcheck.evals.edges import TokenizerMissing, plan_edges, token_counter
@@ -91,7 +96,7 @@ def _cached_plan(
         count = token_counter(path, settings)
     except TokenizerMissing as exc:
         logger.warning("no block-boundary prompts for %s: %s", path, exc)
-        return None
+        return f"the model's tokenizer is not on this machine: {exc}"
     task = load_task(settings)
     builder = PromptBuilder(task, PromptOptions.from_settings(settings))
     window = task.indices(limit=settings.limit, offset=settings.offset)
@@ -107,5 +112,6 @@ def coverage_line(cell: Cell) -> str:
     if not cell.eval.edges:
         return "block-boundary coverage: off (eval.edges is false)"
     if cell.eval.edge_plan is None:
-        return "block-boundary coverage: none (the model's tokenizer is not on this machine)"
+        why = _plan_or_why_not(cell)
+        return f"block-boundary coverage: none ({why if isinstance(why, str) else 'not planned'})"
     return planned_coverage(cell.eval.edge_plan).describe()

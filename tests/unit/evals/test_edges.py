@@ -95,3 +95,38 @@ def test_edges_with_the_lmeval_engine_is_refused():
     """lm-eval builds its own prompts, so boundary shots cannot be chosen: refused at load."""
     with pytest.raises(ValueError, match="needs engine 'pdcheck'"):
         EvalSettings(edges=True, engine="lm-eval")
+
+
+def test_a_target_out_of_reach_costs_a_bounded_number_of_counts():
+    """A tokenizer under which no prompt can reach a target (every prompt far too long) gives up
+    on each target after `MAX_COUNTS_PER_TARGET` whole counts, not a scan of the window."""
+    from pdcheck.evals.edges import MAX_COUNTS_PER_TARGET
+
+    task = _task()
+    builder = PromptBuilder(task, PromptOptions(shots=3))
+    calls = 0
+
+    def lumpy(text: str) -> int:
+        # Prompts count in tens, so no boundary target k*16 +- 1 is ever hit exactly.
+        nonlocal calls
+        calls += 1
+        return 10 * len(text.split()) + 5
+
+    plan = plan_edges(
+        task, builder, range(30), lumpy, block_size=16, hybrid=False, max_tokens_in=None
+    )
+    # The window's own prompts, the join, each shot, each question, and the no-shot fallback.
+    fixed = 30 + 3 + len(task.train) + 30 + 30
+    assert plan.prompts == ()
+    assert calls <= fixed + len(plan.targets) * MAX_COUNTS_PER_TARGET
+
+
+def test_no_transformers_means_no_plan_with_the_reason(monkeypatch):
+    """A base install (no vLLM, so no transformers) plans no boundary prompts and says why."""
+    import sys
+
+    from pdcheck.evals.edges import TokenizerMissing, token_counter
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(TokenizerMissing, match="transformers is not installed"):
+        token_counter("/nonexistent/model", EvalSettings())
