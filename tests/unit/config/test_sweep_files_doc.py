@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from pdcheck.config import expand_cells, load_sweep, parse_sweep
+from pdcheck.config import parse_sweep
 from pdcheck.config.schema import SweepSpec
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "sweep-files.md"
@@ -74,13 +74,3 @@ def test_the_complete_example_is_a_valid_sweep():
     """The doc's complete example loads: a key it spells wrong would be caught here."""
     first = _yaml_blocks(DOC.read_text())[0]
     assert parse_sweep(yaml.safe_load(first), source=DOC.name).name == "my-sweep"
-
-
-def test_the_readme_gives_todays_cpu_smoke_cell_count():
-    """The README says how many cells today's CPU smoke has (its stored example run may be older)."""
-    # Words joined by single spaces: the sentence may wrap anywhere in the README.
-    readme = " ".join((DOC.parents[1] / "README.md").read_text().split())
-    cells = len(expand_cells(load_sweep("cpu-smoke")))
-    assert f"today's `cpu-smoke` expands to {cells} cells" in readme, (
-        f"README.md must say today's `cpu-smoke` expands to {cells} cells"
-    )

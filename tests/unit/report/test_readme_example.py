@@ -32,6 +32,20 @@ def test_the_readme_block_is_what_the_script_renders_from_the_stored_run():
     assert "| Config | c |" in block and "**Overall:" in block
 
 
+def test_the_stored_run_has_the_cells_of_todays_cpu_smoke():
+    """The example run is the sweep `make sweep` runs today: a cell added to or taken from
+    `cpu-smoke` (a model, an arm, a topology) fails here until the run is made again."""
+    from pdcheck.config import expand_cells, load_sweep
+
+    run_dir = readme_example.stored_run()
+    stored = sorted(d.name.rsplit("--", 1)[0] for d in (run_dir / "cells").iterdir())
+    today = sorted(cell.name for cell in expand_cells(load_sweep("cpu-smoke")))
+    assert stored == today, (
+        "docs/example-run is not today's cpu-smoke: `make sweep`, then "
+        "`python scripts/readme_example.py pdcheck-results/cpu-smoke-...`"
+    )
+
+
 def test_the_stored_copy_renders_as_the_results_folder_does(make_run, tmp_path):
     """The copy leaves out records, logs and plugin markers, and still renders the same block."""
     run_dir = make_run([CellPlan("fixes-on"), CellPlan("inject-zero", drops={1: 5, 8: 60})])
