@@ -206,6 +206,11 @@ def run_sweep(
     load, before any server's ready timer (or run folder) exists.
     """
     prepared = prepare(request)
+    if backend is None and ray_settings(prepared.spec.ray, request.backend) is not None:
+        from pdcheck.serving.ray_hosts import import_ray
+
+        # Without Ray, exit 3 naming the extra before any model is fetched.
+        import_ray()
     if backend is None and request.attach is None:
         from pdcheck.serving.weights import fetch_weights
 

@@ -103,6 +103,13 @@ def fresh_dir(root: Path) -> Path:
     return Path(tempfile.mkdtemp(dir=root))
 
 
+def write_sweep(root: Path, data: bytes) -> Path:
+    """`data` as sweep.yaml in a new folder under `root`."""
+    path = fresh_dir(root) / "sweep.yaml"
+    path.write_bytes(data)
+    return path
+
+
 def run_cli(*args: str) -> tuple[int, str]:
     """`pdcheck ARGS` through `pdcheck.cli.main`, as the console script runs it: (exit code, stdout + stderr).
 

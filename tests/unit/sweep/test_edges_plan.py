@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from pdcheck.config import expand_cells, parse_sweep
@@ -33,7 +35,11 @@ def test_a_block_size_that_is_not_a_number_is_refused():
         block_size(_cell(["--block-size", "big"]))
 
 
-def test_the_dry_run_says_why_a_cell_has_no_plan():
-    """A cell left unplanned (its tokenizer is not on the machine) and one with edges off."""
-    assert "tokenizer is not on this machine" in coverage_line(_cell([]))
+def test_the_dry_run_says_why_a_cell_has_no_plan(monkeypatch):
+    """A cell left unplanned (its tokenizer is not on the machine: here, transformers is not
+    installed) and one with edges off."""
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert "tokenizer is not on this machine: transformers is not installed" in coverage_line(
+        _cell([])
+    )
     assert coverage_line(_cell([], edges=False)).endswith("off (eval.edges is false)")

@@ -31,10 +31,13 @@ def test_the_file_section_or_the_option_selects_ray_and_options_override_the_fil
 def test_backend_ray_without_ray_installed_says_what_to_install_and_exits_3(
     monkeypatch, tmp_path, capsys
 ):
-    """Without Ray, `--backend ray` exits 3 naming the extra to install, and writes nothing."""
+    """Without Ray, `--backend ray` exits 3 naming the extra to install, and writes nothing
+    (and fetches no model: the sweep's model folder does not exist)."""
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("name: t\nmodels:\n  - {name: m, path: hub-org/not-fetched}\n")
     out = tmp_path / "run"
-    assert main(["sweep", "cpu-smoke", "--backend", "ray", "--out", str(out)]) == 3
+    assert main(["sweep", str(sweep), "--backend", "ray", "--out", str(out)]) == 3
     assert "pip install 'pdcheck[ray]'" in capsys.readouterr().err
     assert not out.exists()
 

@@ -80,8 +80,12 @@ def template(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("template")
     run = root / "run"
     shutil.copytree(V1_RUN, run)
-    sweep = root / "sweep.yaml"  # any valid sweep: resume checks only that it is unchanged
-    shutil.copyfile(SWEEPS_DIR / "cpu-smoke.yaml", sweep)
+    # Any valid sweep: resume checks only that it is unchanged. Without boundary prompts, whose
+    # planning would load three tokenizers in the unit tier.
+    sweep = root / "sweep.yaml"
+    shipped = (SWEEPS_DIR / "cpu-smoke.yaml").read_text()
+    assert "  edges: true\n" in shipped
+    sweep.write_text(shipped.replace("  edges: true\n", "  edges: false\n"))
     info = json.loads((run / "run.json").read_text())
     info["sweep"] |= {"file": str(sweep), "sha256": hashlib.sha256(sweep.read_bytes()).hexdigest()}
     info["environment"] = ENVIRONMENT
