@@ -121,7 +121,9 @@ def prepare(request: SweepRequest) -> PreparedSweep:
     only = request.only or selection.only
     keyword = request.keyword or selection.keyword
     shard = request.shard or selection.shard
-    selected = plan_cells(select_cells(expand_cells(spec), only=only, keyword=keyword))
+    # Planned before selecting: a cell's id (its results folder's, its report row's) names its
+    # boundary prompts, and `--only ID` takes that id.
+    selected = select_cells(plan_cells(expand_cells(spec)), only=only, keyword=keyword)
     cells = shard_cells(selected, shard)
     endpoints = None
     if request.attach is not None:  # the rules the CLI and pytest options were checked by
