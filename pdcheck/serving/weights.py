@@ -36,6 +36,8 @@ IGNORE_PATTERNS = ("original/*",)
 # Configuration, tokenizer, chat template and remote code: read by transformers at start.
 SIDE_FILE_PATTERNS = ("*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja", "*.py")
 _TRUE = ("1", "ON", "YES", "TRUE")
+# What a tokenizer is loaded from: configuration, vocabulary, merges, chat template; no weights.
+TOKENIZER_PATTERNS = ("*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja")
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,24 @@ def hub_models(cells: Iterable[Cell], *, environ: dict[str, str] | None = None) 
         if cell.model.name not in names:
             names.append(cell.model.name)
     return [HubModel(*key, names=tuple(names)) for key, names in found.items()]
+
+
+def tokenizer_folder(model: HubModel, *, download: bool) -> Path:
+    """The cache's snapshot folder of `model` with its tokenizer files, fetched first (a few MB,
+    no weights) when `download` and the servers' environment is not offline; raises OSError
+    when the cache does not hold it and it cannot be fetched."""
+    import huggingface_hub
+
+    return Path(
+        huggingface_hub.snapshot_download(
+            model.repo_id,
+            revision=model.revision,
+            cache_dir=model.cache_dir,
+            token=model.token,
+            allow_patterns=list(TOKENIZER_PATTERNS),
+            local_files_only=model.offline or not download,
+        )
+    )
 
 
 def _hub_cache(env: dict[str, str]) -> str | None:

@@ -14,10 +14,15 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pdcheck.config import Cell
 from pdcheck.config.schema import EdgePlan
 from pdcheck.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pdcheck.serving.weights import HubModel
 
 logger = logging.getLogger(__name__)
 
@@ -48,29 +53,69 @@ def _platform(cell: Cell) -> str:
     return "gpu" if read_inventory().count else "cpu"
 
 
-def plan_cells(cells: Sequence[Cell]) -> list[Cell]:
+def plan_cells(cells: Sequence[Cell], *, fetch_tokenizers: bool = False) -> list[Cell]:
     """`cells` with each `eval.edges` cell's `edge_plan` filled in; a cell whose tokenizer is
-    not on this machine keeps none (the dry run says why, the report that it has none)."""
-    return [_planned(cell) for cell in cells]
+    not on this machine keeps none (the dry run says why, the report that it has none).
+
+    `fetch_tokenizers`: a hub model's tokenizer files (not its weights) are fetched first, as a
+    real run does, so its first run on a machine plans as every later one; a dry run fetches
+    nothing (offline without HF_HUB_OFFLINE, each fetch waits out the Hub's retries)."""
+    return [_planned(cell, fetch_tokenizers) for cell in cells]
 
 
-def _planned(cell: Cell) -> Cell:
+def _planned(cell: Cell, fetch_tokenizers: bool) -> Cell:
     if not cell.eval.edges or cell.eval.edge_plan is not None:
         return cell
-    plan = _plan_or_why_not(cell)
+    plan = _plan_or_why_not(cell, fetch_tokenizers)
     if isinstance(plan, str):
         return cell
     return cell.model_copy(update={"eval": cell.eval.model_copy(update={"edge_plan": plan})})
 
 
-def _plan_or_why_not(cell: Cell) -> EdgePlan | str:
+def _plan_or_why_not(cell: Cell, fetch_tokenizers: bool) -> EdgePlan | str:
+    from pdcheck.evals.edges import TokenizerMissing
+
+    try:
+        source = _tokenizer_source(cell, fetch_tokenizers)
+    except TokenizerMissing as exc:
+        logger.warning("no block-boundary prompts for %s: %s", cell.model.path, exc)
+        return f"the model's tokenizer is not on this machine: {exc}"
     return _cached_plan(
-        cell.model.path,
+        source,
         cell.model.kind == "hybrid",
         block_size(cell),
         _room(cell),
         cell.eval.model_dump_json(),
     )
+
+
+def _tokenizer_source(cell: Cell, fetch: bool) -> str:
+    """Where the cell's tokenizer loads from: a hub model's snapshot folder in the cache its
+    servers read (at their `--revision`), else the model's own path; TokenizerMissing when a
+    hub model's is not in that cache (and, with `fetch`, could not be fetched)."""
+    from pdcheck.evals.edges import TokenizerMissing
+    from pdcheck.serving.weights import hub_models
+
+    hub = hub_models([cell])
+    if not hub:
+        return cell.model.path
+    folder = _cached_tokenizer_folder(hub[0], fetch)
+    if isinstance(folder, str):
+        then = "" if fetch else "; a real run fetches its tokenizer files first"
+        raise TokenizerMissing(folder + then)
+    return str(folder)
+
+
+@functools.cache
+def _cached_tokenizer_folder(model: HubModel, fetch: bool) -> Path | str:
+    """The folder, or why not: a failure is kept too, as each try offline waits out retries."""
+    from pdcheck.serving.weights import tokenizer_folder
+
+    try:
+        return tokenizer_folder(model, download=fetch)
+    except OSError as exc:
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        return f"{type(exc).__name__}: {first_line}"
 
 
 def _room(cell: Cell) -> int | None:
@@ -112,6 +157,6 @@ def coverage_line(cell: Cell) -> str:
     if not cell.eval.edges:
         return "block-boundary coverage: off (eval.edges is false)"
     if cell.eval.edge_plan is None:
-        why = _plan_or_why_not(cell)
+        why = _plan_or_why_not(cell, False)
         return f"block-boundary coverage: none ({why if isinstance(why, str) else 'not planned'})"
     return planned_coverage(cell.eval.edge_plan).describe()

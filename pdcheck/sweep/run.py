@@ -97,8 +97,11 @@ def default_sweep_file(*, has_gpus: bool) -> str:
     return "default-gpu" if has_gpus else "cpu-smoke"
 
 
-def prepare(request: SweepRequest) -> PreparedSweep:
-    """Resolve file, cells and run folder; raises ConfigError (starting nothing) on bad input."""
+def prepare(request: SweepRequest, *, fetch_tokenizers: bool = False) -> PreparedSweep:
+    """Resolve file, cells and run folder; raises ConfigError (starting nothing) on bad input.
+
+    `fetch_tokenizers` (a real run): hub models' tokenizer files are fetched for the boundary
+    prompts' plan (`sweep.edges.plan_cells`), after the input has been checked."""
     file = request.file
     previous = read_run_file(request.resume) if request.resume else None
     if request.resume is not None:
@@ -121,18 +124,6 @@ def prepare(request: SweepRequest) -> PreparedSweep:
     only = request.only or selection.only
     keyword = request.keyword or selection.keyword
     shard = request.shard or selection.shard
-    # Planned before selecting: a cell's id (its results folder's, its report row's) names its
-    # boundary prompts, and `--only ID` takes that id.
-    selected = select_cells(plan_cells(expand_cells(spec)), only=only, keyword=keyword)
-    cells = shard_cells(selected, shard)
-    endpoints = None
-    if request.attach is not None:  # the rules the CLI and pytest options were checked by
-        endpoints = attach(
-            baseline_url=request.attach.baseline_url,
-            pd_url=request.attach.pd_url,
-            decoder_metrics_urls=request.attach.decoder_metrics_urls,
-        )
-        check_attach_cells(cells)
     if request.resume is not None:
         out = request.resume
     else:
@@ -142,6 +133,19 @@ def prepare(request: SweepRequest) -> PreparedSweep:
             raise ConfigError(
                 f"--out {out} already holds files; use --resume {out} to continue that run, or a new folder"
             )
+    # Planned before selecting: a cell's id (its results folder's, its report row's) names its
+    # boundary prompts, and `--only ID` takes that id.
+    planned = plan_cells(expand_cells(spec), fetch_tokenizers=fetch_tokenizers)
+    selected = select_cells(planned, only=only, keyword=keyword)
+    cells = shard_cells(selected, shard)
+    endpoints = None
+    if request.attach is not None:  # the rules the CLI and pytest options were checked by
+        endpoints = attach(
+            baseline_url=request.attach.baseline_url,
+            pd_url=request.attach.pd_url,
+            decoder_metrics_urls=request.attach.decoder_metrics_urls,
+        )
+        check_attach_cells(cells)
     return PreparedSweep(
         spec,
         path,
@@ -207,7 +211,7 @@ def run_sweep(
     Without `backend`, pdcheck starts the servers itself, and first fetches the models they
     load, before any server's ready timer (or run folder) exists.
     """
-    prepared = prepare(request)
+    prepared = prepare(request, fetch_tokenizers=True)
     if backend is None and ray_settings(prepared.spec.ray, request.backend) is not None:
         from pdcheck.serving.ray_hosts import import_ray
 
