@@ -133,10 +133,7 @@ def prepare(request: SweepRequest, *, fetch_tokenizers: bool = False) -> Prepare
             raise ConfigError(
                 f"--out {out} already holds files; use --resume {out} to continue that run, or a new folder"
             )
-    # Planned before selecting: a cell's id (its results folder's, its report row's) names its
-    # boundary prompts, and `--only ID` takes that id.
-    planned = plan_cells(expand_cells(spec), fetch_tokenizers=fetch_tokenizers)
-    selected = select_cells(planned, only=only, keyword=keyword)
+    selected = _select_planned(expand_cells(spec), only, keyword, fetch_tokenizers)
     cells = shard_cells(selected, shard)
     endpoints = None
     if request.attach is not None:  # the rules the CLI and pytest options were checked by
@@ -156,6 +153,20 @@ def prepare(request: SweepRequest, *, fetch_tokenizers: bool = False) -> Prepare
         attach=endpoints,
         family_size=clean_tests(selected),
     )
+
+
+def _select_planned(
+    cells: list[Cell], only: tuple[str, ...], keyword: str | None, fetch_tokenizers: bool
+) -> list[Cell]:
+    """The selected cells, planned (`sweep.edges`). A cell's id (its results folder's, its
+    report row's) covers its boundary prompts, so `--only ID` selects among planned cells;
+    selections by name plan only the cells they select (a bisect step names one)."""
+    names = {cell.name for cell in cells}
+    if all(wanted in names for wanted in only):
+        chosen = select_cells(cells, only=only, keyword=keyword)
+        return plan_cells(chosen, fetch_tokenizers=fetch_tokenizers)
+    planned = plan_cells(cells, fetch_tokenizers=fetch_tokenizers)
+    return select_cells(planned, only=only, keyword=keyword)
 
 
 def check_attach_cells(cells: Sequence[Cell], *, how_to_pick: str = "--only NAME") -> None:
