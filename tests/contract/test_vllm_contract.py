@@ -209,7 +209,7 @@ def test_metric_names_pdcheck_reads_are_exposed_by_a_nixl_decoder(names: dict):
 def test_race_harness_runs_clean_on_the_builds_scheduler(build: Build, tmp_path):
     """`pdcheck race --seeds 5` drives the build's scheduler on its CUDA platform: it runs, both fixes present, no findings."""
     out = tmp_path / "race.json"
-    proc = build.run(["-m", "pdcheck", "race", "--seeds", "5", "--json", str(out)])
+    proc = build.run(["-m", "pdcheck", "race", "--seeds", "5", "--out", str(out)])
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     summary = json.loads(out.read_text())
     assert summary["vllm_version"] == build.version
@@ -223,7 +223,7 @@ def test_race_harness_finds_the_race_with_a_fix_switched_off(build: Build, tmp_p
     pass the clean run too)."""
     out = tmp_path / "race.json"
     proc = build.run(
-        ["-m", "pdcheck", "race", "--seeds", "5", "--disable-fix", fix, "--json", str(out)]
+        ["-m", "pdcheck", "race", "--seeds", "5", "--disable-fix", fix, "--out", str(out)]
     )
     assert proc.returncode == 1, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     summary = json.loads(out.read_text())

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.history, pytest.mark.vllm]
 def _race(tmp_path, capsys, release: str, *options: str) -> tuple[int, dict]:
     out = tmp_path / f"race-{release}.json"
     argv = ["race", "--vllm-release", release, "--seeds", "2", "--requests", "150", *options]
-    code = main([*argv, "--json", str(out)])
+    code = main([*argv, "--out", str(out)])
     err = capsys.readouterr().err
     assert code in (0, 1), err
     return code, json.loads(out.read_text())

@@ -47,7 +47,7 @@ def test_a_release_has_exactly_the_races_its_missing_fixes_allow(release, tmp_pa
     out = tmp_path / "race.json"
     variants = ("attention", "hybrid-none", "hybrid-align")
     argv = ["race", "--vllm-release", release, "--seeds", str(SEEDS), "--requests", "200"]
-    code = main([*argv, *(a for v in variants for a in ("--variant", v)), "--json", str(out)])
+    code = main([*argv, *(a for v in variants for a in ("--variant", v)), "--out", str(out)])
     err = capsys.readouterr().err
     assert code in (0, 1), err
     summary = json.loads(out.read_text())

@@ -18,7 +18,7 @@ ARGS = ["race", "--seeds", "1", "--requests", "40", "--variant", "attention"]
 def test_clean_run_exits_0_and_writes_the_summary_json(adapter, tmp_path):
     """Shipped vLLM: exit 0, and --json holds a RaceSummary (schema_version, no findings) the sweep can load."""
     out = tmp_path / "race.json"
-    assert main([*ARGS, "--json", str(out)]) == 0
+    assert main([*ARGS, "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["schema_version"] == 1 and data["has_findings"] is False
     assert RaceSummary.from_dict(data).variants[0].seeds == 1
@@ -29,7 +29,7 @@ def test_disable_fix_flag_and_env_variable_both_exit_1(adapter, monkeypatch, tmp
     assert main([*ARGS, "--disable-fix", "block-reuse"]) == 1
     monkeypatch.setenv("PDCHECK_DISABLE_FIXES", "block-reuse")
     out = tmp_path / "env.json"
-    assert main([*ARGS, "--json", str(out)]) == 1
+    assert main([*ARGS, "--out", str(out)]) == 1
     assert json.loads(out.read_text())["disabled_fixes"] == ["block-reuse"]
 
 
