@@ -1,12 +1,13 @@
 """A fake Hugging Face Hub for huggingface_hub.snapshot_download: answers its dry run from a file
-list, records real downloads, and can be a repository it does not have or an unreachable Hub.
+list, records real downloads and cache lookups (`local_files_only`), and can be a repository it
+does not have or an unreachable Hub.
 No network; install with monkeypatch on `huggingface_hub.snapshot_download`."""
 
 from __future__ import annotations
 
 import httpx2
 from huggingface_hub import DryRunFileInfo
-from huggingface_hub.errors import DryRunError, RepositoryNotFoundError
+from huggingface_hub.errors import DryRunError, LocalEntryNotFoundError, RepositoryNotFoundError
 
 # A repository with both weight formats and an original/ folder, as many hub repos have.
 FILES = {
@@ -29,6 +30,7 @@ class FakeHub:
         self.reachable = reachable
         self.downloads: list[dict] = []
         self.dry_runs: list[dict] = []
+        self.lookups: list[dict] = []
 
     def snapshot_download(self, repo_id, **kwargs):
         if kwargs.get("dry_run"):
@@ -56,5 +58,11 @@ class FakeHub:
                 for name, size in self.files.items()
                 if not any(name.startswith(p.rstrip("*")) for p in ignored)
             ]
+        if kwargs.get("local_files_only"):
+            # A cache lookup (the plan's tokenizer in a dry run): nothing is downloaded.
+            self.lookups.append({"repo_id": repo_id, **kwargs})
+            if not self.cached:
+                raise LocalEntryNotFoundError(f"{repo_id} is not in the cache")
+            return "/cache/snapshot"
         self.downloads.append({"repo_id": repo_id, **kwargs})
         return "/cache/snapshot"
