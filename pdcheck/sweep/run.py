@@ -86,11 +86,16 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shard_cells(cells: list[Cell], shard: tuple[int, int] | None) -> list[Cell]:
-    """Cells of shard i of n, by the cell id's hash: stable across machines and selections."""
+    """Cells of shard i of n, by the hash of the cell's id before its boundary prompts are
+    planned: stable across machines and selections, whichever tokenizers a machine has."""
     if shard is None:
         return cells
     i, n = shard
-    return [c for c in cells if int(c.id, 16) % n == i - 1]
+    return [c for c in cells if int(_unplanned_id(c), 16) % n == i - 1]
+
+
+def _unplanned_id(cell: Cell) -> str:
+    return cell.model_copy(update={"eval": cell.eval.model_copy(update={"edge_plan": None})}).id
 
 
 def default_sweep_file(*, has_gpus: bool) -> str:

@@ -43,3 +43,27 @@ def test_the_dry_run_says_why_a_cell_has_no_plan(monkeypatch):
         _cell([])
     )
     assert coverage_line(_cell([], edges=False)).endswith("off (eval.edges is false)")
+
+
+def test_a_cells_shard_does_not_depend_on_its_boundary_plan():
+    """Two shard machines, one with the model's tokenizer (the cell planned, its id changed) and
+    one without: each cell still falls in the same shard on both, so none runs twice or never."""
+    from pdcheck.config.schema import EdgePlan, EdgePrompt
+    from pdcheck.sweep.run import shard_cells
+
+    spec = parse_sweep(
+        {
+            "name": "t",
+            "models": [{"name": f"m{i}", "path": f"/nonexistent/m{i}"} for i in range(8)],
+            "eval": {"edges": True},
+        }
+    )
+    bare = expand_cells(spec)
+    plan = EdgePlan(block_size=16, prompts=(EdgePrompt(index=0, shots=(), tokens=16),))
+    planned = [
+        c.model_copy(update={"eval": c.eval.model_copy(update={"edge_plan": plan})}) for c in bare
+    ]
+    assert all(p.id != b.id for p, b in zip(planned, bare, strict=True))
+    for i in (1, 2, 3):
+        names = [c.name for c in shard_cells(bare, (i, 3))]
+        assert [c.name for c in shard_cells(planned, (i, 3))] == names
