@@ -259,6 +259,12 @@ def planned_coverage(plan: EdgePlan) -> Coverage:
 class TokenizerMissing(Exception):
     """The model's tokenizer cannot be loaded from this machine (HF_HUB_OFFLINE, no cache)."""
 
+    @classmethod
+    def of(cls, error: Exception) -> TokenizerMissing:
+        """`error` by its type and first line (transformers' and the Hub's run to paragraphs)."""
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        return cls(f"{type(error).__name__}: {first_line}")
+
 
 def token_counter(model_path: str, settings: EvalSettings) -> CountTokens:
     """Counts a prompt's tokens as the server will: the tokenizer of `model_path` (local files
@@ -273,8 +279,7 @@ def token_counter(model_path: str, settings: EvalSettings) -> CountTokens:
             resolve_model_path(model_path), local_files_only=True
         )
     except (OSError, ValueError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise TokenizerMissing(f"{type(exc).__name__}: {first_line}") from exc
+        raise TokenizerMissing.of(exc) from exc
     if not tokenizer("The answer is 42.")["input_ids"]:
         # A Hugging Face cache with a model's config but not its tokenizer files gives a
         # tokenizer without a vocabulary, which counts every prompt as 0 tokens.

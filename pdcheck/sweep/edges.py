@@ -73,15 +73,13 @@ def _planned(cell: Cell, fetch_tokenizers: bool) -> Cell:
 
 
 def _plan_or_why_not(cell: Cell, fetch_tokenizers: bool) -> EdgePlan | str:
-    from pdcheck.evals.edges import TokenizerMissing
+    from pdcheck.serving.weights import hub_models
 
-    try:
-        source = _tokenizer_source(cell, fetch_tokenizers)
-    except TokenizerMissing as exc:
-        logger.warning("no block-boundary prompts for %s: %s", cell.model.path, exc)
-        return f"the model's tokenizer is not on this machine: {exc}"
+    hub = hub_models([cell])
     return _cached_plan(
-        source,
+        cell.model.path,
+        hub[0] if hub else None,
+        fetch_tokenizers,
         cell.model.kind == "hybrid",
         block_size(cell),
         _room(cell),
@@ -89,17 +87,15 @@ def _plan_or_why_not(cell: Cell, fetch_tokenizers: bool) -> EdgePlan | str:
     )
 
 
-def _tokenizer_source(cell: Cell, fetch: bool) -> str:
-    """Where the cell's tokenizer loads from: a hub model's snapshot folder in the cache its
-    servers read (at their `--revision`), else the model's own path; TokenizerMissing when a
-    hub model's is not in that cache (and, with `fetch`, could not be fetched)."""
+def _tokenizer_source(path: str, hub: HubModel | None, fetch: bool) -> str:
+    """Where the tokenizer loads from: a hub model's snapshot folder in the cache its servers
+    read (at their `--revision`), else the model's own path; TokenizerMissing when a hub
+    model's is not in that cache (and, with `fetch`, could not be fetched)."""
     from pdcheck.evals.edges import TokenizerMissing
-    from pdcheck.serving.weights import hub_models
 
-    hub = hub_models([cell])
-    if not hub:
-        return cell.model.path
-    folder = _cached_tokenizer_folder(hub[0], fetch)
+    if hub is None:
+        return path
+    folder = _cached_tokenizer_folder(hub, fetch)
     if isinstance(folder, str):
         then = "" if fetch else "; a real run fetches its tokenizer files first"
         raise TokenizerMissing(folder + then)
@@ -109,13 +105,13 @@ def _tokenizer_source(cell: Cell, fetch: bool) -> str:
 @functools.cache
 def _cached_tokenizer_folder(model: HubModel, fetch: bool) -> Path | str:
     """The folder, or why not: a failure is kept too, as each try offline waits out retries."""
+    from pdcheck.evals.edges import TokenizerMissing
     from pdcheck.serving.weights import tokenizer_folder
 
     try:
         return tokenizer_folder(model, download=fetch)
     except OSError as exc:
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        return f"{type(exc).__name__}: {first_line}"
+        return str(TokenizerMissing.of(exc))
 
 
 def _room(cell: Cell) -> int | None:
@@ -128,9 +124,16 @@ def _room(cell: Cell) -> int | None:
 
 @functools.cache
 def _cached_plan(
-    path: str, hybrid: bool, size: int, room: int | None, eval_json: str
+    path: str,
+    hub: HubModel | None,
+    fetch: bool,
+    hybrid: bool,
+    size: int,
+    room: int | None,
+    eval_json: str,
 ) -> EdgePlan | str:
-    """The plan, or why there is none (the tokenizer cannot be loaded here)."""
+    """The plan, or why there is none (the tokenizer cannot be loaded here), worked out and
+    logged once: the dry run's coverage line asks again."""
     from pdcheck.config.schema import EvalSettings
     from pdcheck.evals import load_task
     from pdcheck.evals.edges import TokenizerMissing, plan_edges, token_counter
@@ -138,7 +141,7 @@ def _cached_plan(
 
     settings = EvalSettings.model_validate_json(eval_json)
     try:
-        count = token_counter(path, settings)
+        count = token_counter(_tokenizer_source(path, hub, fetch), settings)
     except TokenizerMissing as exc:
         logger.warning("no block-boundary prompts for %s: %s", path, exc)
         return f"the model's tokenizer is not on this machine: {exc}"
