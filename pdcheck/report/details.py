@@ -111,8 +111,7 @@ def log_tails(
     run: RunResults, cell: CellResult, *, lines: int = 12, max_files: int = 3
 ) -> list[LogTail]:
     """The last lines of the cell's server logs, decoder first."""
-    logs_dir = run.info.root / "cells" / cell.dirname / "logs"
-    files = sorted(logs_dir.glob("*.log")) if logs_dir.is_dir() else []
+    files = run.log_files(cell)
 
     def rank(path: Path) -> tuple[int, str]:
         hits = [i for i, role in enumerate(_LOG_ORDER) if role in path.name]

@@ -21,7 +21,7 @@ def server_logs_section(run: RunResults) -> str | None:
     read = 0
     found = []
     for cell in run.cells:
-        logs = cell_server_logs(run.info.root / "cells" / cell.dirname)
+        logs = cell_server_logs(run.log_files(cell))
         if logs is None:
             continue
         read += len(logs.logs)

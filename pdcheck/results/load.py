@@ -26,6 +26,7 @@ from pdcheck.evals.records import QuestionRecord, read_records
 from pdcheck.evals.summary import EvalSummary
 from pdcheck.results._files import read_file
 from pdcheck.results.schema import (
+    CELL_LOGS_DIR,
     CellFile,
     FailureFile,
     KvEvidence,
@@ -167,6 +168,10 @@ class RunResults:
             if name_or_id in (c.name, c.id, c.dirname):
                 return c
         raise KeyError(f"no cell {name_or_id!r} in {self.info.root}")
+
+    def log_files(self, cell: CellResult) -> list[Path]:
+        """The server logs the cell kept, by name (none in attach mode or a copy without them)."""
+        return sorted((self.info.root / "cells" / cell.dirname / CELL_LOGS_DIR).glob("*.log"))
 
 
 def kv_tokens(kv: Mapping[tuple[int, int], KvEvidence], concurrency: int) -> int | None:

@@ -35,6 +35,8 @@ T = TypeVar("T")
 
 STORE_SCHEMA_VERSION = 2
 SUPPORTED_SCHEMA_VERSIONS = (1, 2)
+# A cell's server logs, one `<role>-<index>.log` each, under its folder.
+CELL_LOGS_DIR = "logs"
 
 
 def to_json(value: object) -> str:

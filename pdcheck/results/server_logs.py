@@ -10,6 +10,7 @@ than the API server, and each logged line, with `(EngineCore pid=N) ERROR <date>
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,10 +59,9 @@ def find_tracebacks(text: str, *, log: str) -> list[LogTraceback]:
     return found
 
 
-def cell_server_logs(cell_dir: Path) -> ServerLogs | None:
-    """The logs under `cell_dir/logs` and their tracebacks; None when the cell kept no logs
-    (attach mode, or a folder copied without them)."""
-    logs = sorted((cell_dir / "logs").glob("*.log"))
+def cell_server_logs(logs: Sequence[Path]) -> ServerLogs | None:
+    """The cell's server logs (`RunResults.log_files`) and their tracebacks; None when the
+    cell kept no logs (attach mode, or a folder copied without them)."""
     if not logs:
         return None
     found = [

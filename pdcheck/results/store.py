@@ -56,6 +56,7 @@ from pdcheck.results.load import (
     read_run_file,
 )
 from pdcheck.results.schema import (
+    CELL_LOGS_DIR,
     STORE_SCHEMA_VERSION,
     CellFile,
     FailureFile,
@@ -105,7 +106,7 @@ class CellStore:
 
     @property
     def logs_dir(self) -> Path:
-        path = self.dir / "logs"
+        path = self.dir / CELL_LOGS_DIR
         path.mkdir(parents=True, exist_ok=True)
         return path
 

@@ -182,7 +182,7 @@ def test_servers_stop_without_a_traceback_in_any_log(smoke_run):
     cleanly: its log holds no traceback, and the report says so. Signalled as one group, every
     API server logged an EngineDeadError at its stop."""
     run = load_run(smoke_run)
-    logs = [cell_server_logs(smoke_run / "cells" / cell.dirname) for cell in run.cells]
+    logs = [cell_server_logs(run.log_files(cell)) for cell in run.cells]
     read = [name for found in logs if found is not None for name in found.logs]
     assert len(read) >= 2 * len(run.cells), read
     tracebacks = [tb.describe() for found in logs if found is not None for tb in found.tracebacks]
