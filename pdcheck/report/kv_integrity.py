@@ -46,14 +46,13 @@ def kv_integrity_section(run: RunResults) -> str | None:
             rows,
         ),
     ]
-    if first:
-        parts.append(
-            "First mismatches:\n\n"
-            + "\n".join(
-                f"- {cell} c{c}: {_where(m)}, group {m.group}, block {m.position}, TP rank {m.tp_rank}"
-                for cell, c, m in first[:_FIRST]
-            )
-        )
+    parts += _listing(
+        "First mismatches",
+        [
+            f"- {cell} c{c}: {_where(m)}, group {m.group}, block {m.position}, TP rank {m.tp_rank}"
+            for cell, c, m in first[:_FIRST]
+        ],
+    )
     extents = [
         f"- {cell} c{c}: {s.n_extent_mismatches} loads; first "
         f"{_where(e)}: prefiller computed {e.prefiller_tokens} tokens, decoder took "
@@ -61,21 +60,21 @@ def kv_integrity_section(run: RunResults) -> str | None:
         for cell, c, s in _digests(run)
         for e in s.extent_mismatches[:1]
     ]
-    if extents:
-        parts.append(
-            "Loads whose prompt-token count differs between prefiller and decoder (the decoder "
-            "reads the blocks as another prefix than the one written):\n\n" + "\n".join(extents)
-        )
+    parts += _listing(
+        "Loads whose prompt-token count differs between prefiller and decoder (the decoder "
+        "reads the blocks as another prefix than the one written)",
+        extents,
+    )
     orders = [
         f"- {cell} c{c}: {s.n_order_mismatches} loads; first: {o.describe()}"
         for cell, c, s in _digests(run)
         for o in s.order_mismatches[:1]
     ]
-    if orders:
-        parts.append(
-            "Loads whose prefiller advertised its blocks out of the request's block-table order "
-            "(the decoder loads those blocks as other parts of the prompt):\n\n" + "\n".join(orders)
-        )
+    parts += _listing(
+        "Loads whose prefiller advertised its blocks out of the request's block-table order "
+        "(the decoder loads those blocks as other parts of the prompt)",
+        orders,
+    )
     unchecked = [
         f"{cell} c{c} ({s.order_unchecked} loads)"
         for cell, c, s in _digests(run)
@@ -95,6 +94,11 @@ def kv_integrity_section(run: RunResults) -> str | None:
             "started by pdcheck: only servers that load pdcheck's plugin write them)."
         )
     return "\n\n".join(parts)
+
+
+def _listing(heading: str, lines: list[str]) -> list[str]:
+    """A paragraph of `heading` and its bullet lines, or none when there are no lines."""
+    return [f"{heading}:\n\n" + "\n".join(lines)] if lines else []
 
 
 def _row(
