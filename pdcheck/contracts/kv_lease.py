@@ -1,4 +1,4 @@
-"""How long a NIXL prefiller holds a request's KV blocks for the decoder's read, from its argv.
+"""How long a NIXL prefiller holds a request's KV blocks for the decoder's read, from its connector config.
 
 A prefiller that sends a request's KV keeps its blocks until a decoder reports the read, or
 until the request's lease expires; the decoder's heartbeat renews the lease while it waits. The
@@ -15,13 +15,11 @@ read of freed blocks is a prefiller that freed them early, or a decoder that sta
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["DEFAULT_LEASE_S", "KvLease", "kv_lease"]
 
 DEFAULT_LEASE_S = 30
-_FLAG = "--kv-transfer-config"
 
 
 @dataclass(frozen=True)
@@ -46,24 +44,15 @@ class KvLease:
         )
 
 
-def kv_lease(argv: Sequence[str]) -> KvLease:
-    """The lease a server started with `argv` runs with (vLLM's default when it sets none)."""
-    config = _flag_value(argv)
-    if config is not None:
+def kv_lease(transfer_config: str | None) -> KvLease:
+    """The lease of a server started with this `--kv-transfer-config` value (vLLM's default
+    when it gives none, or none that reads)."""
+    if transfer_config is not None:
         try:
-            extra = json.loads(config).get("kv_connector_extra_config") or {}
+            extra = json.loads(transfer_config).get("kv_connector_extra_config") or {}
             duration = extra.get("kv_lease_duration")
         except (ValueError, AttributeError):
             duration = None
         if isinstance(duration, int | float) and duration > 0:
-            return KvLease(int(duration), f"{_FLAG} kv_lease_duration")
+            return KvLease(int(duration), "--kv-transfer-config kv_lease_duration")
     return KvLease(DEFAULT_LEASE_S, "vLLM's default")
-
-
-def _flag_value(argv: Sequence[str]) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == _FLAG and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(_FLAG + "="):
-            return arg.split("=", 1)[1]
-    return None

@@ -333,10 +333,12 @@ def level_evidence(
 def _prefiller_lease(servers: Sequence[TopologyRecord]) -> KvLease | None:
     """The lease of the cell's prefillers (they share the cell's connector config); None in
     attach mode, where pdcheck did not start them."""
+    from pdcheck.serving.argv import flag_value
+
     for topology in servers:
         for server in topology.servers:
             if server.role == "prefill":
-                return kv_lease(server.argv)
+                return kv_lease(flag_value(server.argv, "--kv-transfer-config"))
     return None
 
 

@@ -48,7 +48,7 @@ def test_prefiller_events_make_a_suspect_reason_with_the_counts_and_the_lease():
     """Released-unread and read-after-release each name their count and say what the prefiller
     did (freed the blocks or let the lease expire before the read), with the lease it ran
     with; none, no reason."""
-    lease = kv_lease(["vllm", "serve", "m"])
+    lease = kv_lease(None)
     evidence = transfer_evidence([], count_prefiller_log_events(LOG), lease=lease)
     reason = str(evidence.suspect_reason())
     assert (
@@ -65,12 +65,19 @@ def test_prefiller_events_make_a_suspect_reason_with_the_counts_and_the_lease():
 
 def test_the_lease_is_read_from_the_prefillers_connector_config():
     """kv_lease_duration in --kv-transfer-config's extra config sets it; anything else is
-    vLLM's default, never an error (judging must not fail on a config it does not know)."""
+    vLLM's default, never an error (judging must not fail on a config it does not know). The
+    value is the flag's in the server's argv as vLLM reads it: the last one given."""
+    from pdcheck.serving.argv import flag_value
+
+    def lease(argv: list[str]) -> KvLease:
+        return kv_lease(flag_value(argv, "--kv-transfer-config"))
+
     config = (
         '{"kv_connector":"NixlConnector","kv_connector_extra_config":{"kv_lease_duration":120}}'
     )
-    set_ = kv_lease(["vllm", "serve", "m", "--kv-transfer-config", config])
+    set_ = lease(["vllm", "serve", "m", "--kv-transfer-config", config])
     assert (set_.duration_s, set_.heartbeat_s, set_.extension_s) == (120, 20, 80)
-    assert kv_lease([f"--kv-transfer-config={config}"]).duration_s == 120
+    assert lease([f"--kv-transfer-config={config}"]).duration_s == 120
+    assert lease(["--kv-transfer-config", "{}", "--kv-transfer-config", config]).duration_s == 120
     for argv in (["--kv-transfer-config", "not json"], ["--kv-transfer-config", "[1]"], []):
-        assert kv_lease(argv) == KvLease(DEFAULT_LEASE_S, "vLLM's default")
+        assert lease(argv) == KvLease(DEFAULT_LEASE_S, "vLLM's default")
